@@ -1,0 +1,1 @@
+"""Agents: one folder per agent, split into networks / losses / learning / acting."""

@@ -1,0 +1,181 @@
+"""The Ape-X actor: a vector of epsilon-greedy envs, one batched forward pass per step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from apex.agents.dqn.networks import numpy_q_values
+from apex.config import ApexConfig
+from apex.envs import make_env, to_observation
+from apex.exploration import slot_epsilons
+from apex.metrics import MetricsWriter
+from apex.replay.nstep import NStepAccumulator
+from apex.replay.priorities import initial_priorities
+from apex.variables import VariableClient
+
+
+class VectorActor:
+    """Steps `envs_per_actor` envs, writes n-step transitions with initial priorities.
+
+    Args:
+      config: the program config.
+      actor_id: index of this actor (its slots are actor_id * E ... + E - 1).
+      variable_source: object with get_variables() -> (version, weights, info)
+        (a courier client of the learner, or the learner itself in tests).
+      writer: a TransitionWriter (or any object with write(batch, priorities)).
+      coordinator: optional courier client of the coordinator (reports counts).
+      metrics: optional MetricsWriter.
+    """
+
+    def __init__(self, config: ApexConfig, actor_id: int, variable_source: Any, writer: Any,
+                 coordinator: Any = None, metrics: MetricsWriter | None = None,
+                 should_stop: Callable[[], bool] | None = None):
+        self._config = config
+        self.actor_id = actor_id
+        e = config.actor.envs_per_actor
+        self._num_envs = e
+        self._envs = [make_env(config.env) for _ in range(e)]
+        self._epsilons = slot_epsilons(actor_id, e, config.actor.num_actors, config.actor.epsilon_base,
+                                       config.actor.epsilon_alpha)
+        self._rng = np.random.default_rng(config.seed + 7919 * (actor_id + 1))
+        self._acc = NStepAccumulator(e, config.replay.n_step, config.replay.discount)
+        self._writer = writer
+        self._coordinator = coordinator
+        self._metrics = metrics
+        self._variables = VariableClient(variable_source, config.actor.params_update_period,
+                                         should_stop=should_stop)
+        self._dueling = config.learner.dueling
+        self._num_actions = self._envs[0].action_space.n
+        obs = []
+        for j, env in enumerate(self._envs):
+            o, _ = env.reset(seed=config.seed + 1000 * actor_id + j)
+            env.action_space.seed(config.seed + 1000 * actor_id + j)
+            obs.append(to_observation(o))
+        self._obs = np.stack(obs)
+        self._q: np.ndarray | None = None
+        self._episode_return = np.zeros(e)
+        self._episode_length = np.zeros(e, np.int64)
+        self.env_steps = 0
+        self.episodes = 0
+        self.items_written = 0
+        self._recent_returns: list[float] = []
+        self._recent_by_slot: dict[int, list[float]] = {}
+        self._start_time = time.time()
+
+    @property
+    def epsilons(self) -> np.ndarray:
+        return self._epsilons
+
+    def _forward(self, obs: np.ndarray) -> np.ndarray:
+        return numpy_q_values(self._variables.weights, obs, self._dueling)
+
+    def step(self) -> int:
+        """One vector step of every env; returns the number of transitions written."""
+        self._variables.maybe_update(self.env_steps)
+        if self._q is None or self._variables.changed:
+            self._q = self._forward(self._obs)
+            self._variables.changed = False
+        q = self._q
+        e = self._num_envs
+        greedy = q.argmax(axis=1)
+        explore = self._rng.random(e) < self._epsilons
+        actions = np.where(explore, self._rng.integers(0, self._num_actions, size=e), greedy)
+        q_taken = q[np.arange(e), actions]
+        version = self._variables.version
+        next_obs = np.empty_like(self._obs)
+        rewards = np.empty(e, np.float32)
+        terminated = np.zeros(e, bool)
+        truncated = np.zeros(e, bool)
+        reset_obs: dict[int, np.ndarray] = {}
+        for j, env in enumerate(self._envs):
+            o, r, term, trunc, _ = env.step(int(actions[j]))
+            next_obs[j] = o
+            rewards[j] = r
+            terminated[j] = term
+            truncated[j] = trunc
+            if term or trunc:
+                o2, _ = env.reset()
+                reset_obs[j] = to_observation(o2)
+        # One forward pass serves both the next action and the bootstrap value:
+        # rows of ended episodes get their reset observation; truncated ones
+        # also need Q(final obs), computed for those rows only.
+        acting_obs = next_obs.copy()
+        for j, o in reset_obs.items():
+            acting_obs[j] = o
+        q_next = self._forward(acting_obs)
+        next_value = q_next.max(axis=1)
+        trunc_rows = [j for j in reset_obs if truncated[j] and not terminated[j]]
+        if trunc_rows:
+            next_value[trunc_rows] = self._forward(next_obs[trunc_rows]).max(axis=1)
+        batch = self._acc.add(self._obs, actions, q_taken, np.full(e, version), rewards, terminated, truncated,
+                              next_obs, next_value)
+        written = 0
+        if batch is not None:
+            r = self._config.replay
+            prios = initial_priorities(batch["td"], r.insert_priority, epsilon=r.priority_epsilon,
+                                       constant=r.constant_priority, max_seen=self._variables.max_priority)
+            self._writer.write(batch, prios)
+            written = len(prios)
+        self._episode_return += rewards
+        self._episode_length += 1
+        for j in reset_obs:
+            ret = float(self._episode_return[j])
+            self._recent_returns.append(ret)
+            self._recent_by_slot.setdefault(j, []).append(ret)
+            self._episode_return[j] = 0.0
+            self._episode_length[j] = 0
+            self.episodes += 1
+        self._obs = acting_obs
+        self._q = q_next
+        self.env_steps += e
+        self.items_written += written
+        return written
+
+    def run(self, should_stop: Callable[[], bool], max_steps: int | None = None) -> None:
+        """Steps until `should_stop()` (checked every vector step) or max_steps env steps."""
+        period = self._config.actor.report_period_seconds
+        self._start_time = time.time()
+        last_report = time.time()
+        last_steps = 0
+        while not should_stop():
+            if max_steps is not None and self.env_steps >= max_steps:
+                break
+            self.step()
+            now = time.time()
+            if now - last_report >= period:
+                self._report(now, (self.env_steps - last_steps) / (now - last_report))
+                last_report, last_steps = now, self.env_steps
+        self._report(time.time(), None)
+
+    def _report(self, now: float, rate: float | None) -> None:
+        returns = self._recent_returns
+        self._recent_returns = []
+        row = {
+            "actor/env_steps": self.env_steps,
+            "actor/episodes": self.episodes,
+            "actor/items_inserted": self.items_written,
+            "actor/param_version": self._variables.version,
+            "actor/param_updates": self._variables.num_updates,
+        }
+        if rate is not None:
+            row["actor/env_steps_per_second"] = rate
+        if returns:
+            row["actor/episode_return_mean"] = float(np.mean(returns))
+        if self._metrics is not None:
+            self._metrics.write(row)
+        if self._coordinator is not None:
+            try:
+                self._coordinator.futures.report_actor(self.actor_id, self.env_steps, self.episodes, returns,
+                                                    self._start_time)
+            except Exception:  # noqa: BLE001 - reporting is best effort; acting goes on
+                pass
+
+    def close(self) -> None:
+        self._variables.close()
+        for env in self._envs:
+            env.close()
+

@@ -1,0 +1,245 @@
+"""The Ape-X DQN learner: double-Q, n-step, importance weights, target network,
+asynchronous priority updates; also the variable source of the actors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from apex.agents.dqn.losses import double_q_td, huber
+from apex.agents.dqn.networks import QNetwork
+from apex.agents.dqn.optim import Adam
+from apex.config import ApexConfig
+from apex.envs import EnvSpec
+from apex.metrics import MetricsWriter
+from apex.replay.dataset import make_dataset
+from apex.replay.priorities import PriorityUpdater
+from apex.replay.tables import transition_signature
+
+
+class DQNLearner:
+    """Trains a QNetwork on prioritized n-step transitions sampled from Reverb.
+
+    `step()` does one SGD step; `run(should_stop)` steps until asked to stop or
+    until config.stop.max_learner_steps; `get_variables()` returns
+    (version, weights, info) where version is the number of SGD steps done.
+    """
+
+    def __init__(self, config: ApexConfig, spec: EnvSpec, replay_address: str, coordinator: Any = None,
+                 metrics: MetricsWriter | None = None):
+        self._config = config
+        lc = config.learner
+        obs_dim = int(np.prod(spec.observation_shape))
+        self._online = QNetwork(obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed)
+        self._target = QNetwork(obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed)
+        self._target.set_weights(self._online.get_weights())
+        self._optimizer = Adam(list(self._online.weights), lc.learning_rate, epsilon=lc.adam_epsilon)
+        self._address = replay_address
+        self._client = reverb.Client(replay_address)
+        self._signature = transition_signature(spec)
+        self._dataset = make_dataset(replay_address, self._signature, lc.batch_size, lc.num_sample_workers,
+                                     lc.prefetch_batches)
+        self._iterator = iter(self._dataset)
+        self._updater = PriorityUpdater(self._client, merge=lc.priority_update_period)
+        self._coordinator = coordinator
+        self._metrics = metrics
+        self._beta = float(lc.importance_exponent)
+        self._eps = float(config.replay.priority_epsilon)
+        self.steps = 0
+        self.first_step_time: float | None = None
+        self._weights_cache: tuple[int, list[np.ndarray]] = (0, self._online.get_weights())
+        self._weights_wanted = False
+        self._last: dict[str, float] = {}
+        self._lags: list[np.ndarray] = []
+        self._ages: list[np.ndarray] = []
+        self.last_update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._error: Exception | None = None
+
+    # ------------------------------------------------------------------ SGD
+    @tf.function
+    def _sgd(self, iterator):
+        sample = next(iterator)
+        data = sample.data
+        info = sample.info
+        size = tf.cast(info.table_size, tf.float64)
+        w = tf.pow(size * info.probability, -self._beta)
+        w = tf.cast(w / tf.reduce_max(w), tf.float32)
+        with tf.GradientTape() as tape:
+            q_tm1 = self._online(data["obs"])
+            q_t_online = self._online(data["next_obs"])
+            q_t_target = self._target(data["next_obs"])
+            td = double_q_td(q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target)
+            loss = tf.reduce_mean(w * huber(td, self._config.learner.huber_delta))
+        variables = self._online.weights
+        grads = tape.gradient(loss, variables)
+        grads, grad_norm = tf.clip_by_global_norm(grads, self._config.learner.max_grad_norm)
+        self._optimizer.apply(grads, variables)
+        return {
+            "keys": info.key,
+            "priorities": tf.abs(td) + self._eps,
+            "sampled_priorities": info.priority,
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "q_mean": tf.reduce_mean(q_tm1),
+            "version": data["version"],
+            "insert_time": data["insert_time"],
+        }
+
+    @tf.function
+    def _update_target(self):
+        for t, o in zip(self._target.weights, self._online.weights):
+            t.assign(o)
+
+    def step(self) -> dict[str, float]:
+        """One SGD step (blocks until the rate limiter lets a batch through)."""
+        while True:
+            try:
+                out = self._sgd(self._iterator)
+                break
+            except (tf.errors.OutOfRangeError, StopIteration):
+                # The rate limiter held sampling past its timeout; start a new stream.
+                self._iterator = iter(self._dataset)
+                if self._should_stop is not None and self._should_stop():
+                    raise _Stopped() from None
+        self.steps += 1
+        if self.first_step_time is None:
+            self.first_step_time = time.time()
+        if self.steps % self._config.learner.target_update_period == 0:
+            self._update_target()
+        if self._weights_wanted:
+            self._weights_wanted = False
+            self._weights_cache = (self.steps, self._online.get_weights())
+        keys = out["keys"].numpy()
+        prios = out["priorities"].numpy()
+        self._updater.put(keys, prios)
+        self.last_update = (keys, out["sampled_priorities"].numpy(), prios)
+        self._lags.append(self.steps - 1 - out["version"].numpy())
+        self._ages.append(time.time() - out["insert_time"].numpy())
+        self._last = {"loss": float(out["loss"]), "grad_norm": float(out["grad_norm"]),
+                      "q_mean": float(out["q_mean"])}
+        return self._last
+
+    _should_stop: Callable[[], bool] | None = None
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        """Steps until should_stop() or config.stop.max_learner_steps.
+
+        SGD runs on a daemon thread; this thread watches `should_stop` so a stop
+        request is honoured within a fraction of a second even while a step
+        waits for the rate limiter.
+        """
+        self._should_stop = should_stop
+        self._updater.start()
+        worker = threading.Thread(target=self._train_loop, args=(should_stop,), name="learner-sgd", daemon=True)
+        worker.start()
+        while worker.is_alive() and not should_stop():
+            worker.join(0.2)
+        worker.join(timeout=2.0)
+        if self._error is not None:
+            raise self._error
+        self.report(time.time(), None)
+        self.close()
+
+    def _train_loop(self, should_stop: Callable[[], bool]) -> None:
+        max_steps = self._config.stop.max_learner_steps
+        period = self._config.logging.metrics_period_seconds
+        last_t, last_steps = time.time(), self.steps
+        try:
+            while not should_stop():
+                if max_steps is not None and self.steps >= max_steps:
+                    time.sleep(0.2)
+                else:
+                    self.step()
+                now = time.time()
+                if now - last_t >= period:
+                    self.report(now, (self.steps - last_steps) / (now - last_t))
+                    last_t, last_steps = now, self.steps
+        except _Stopped:
+            pass
+        except Exception as err:  # noqa: BLE001 - surfaced by run() on its own thread
+            if not should_stop():
+                self._error = err
+
+    def drain(self, seconds: float) -> int:
+        """Samples (without training) for at most `seconds`; returns the batches drawn.
+
+        Used at shutdown: the rate limiter blocks actors' inserts once the
+        learner stops sampling, and an actor stuck in an insert cannot see the
+        stop request nor close its writer. Sampling for a moment releases them.
+        Runs on a daemon thread so that a blocked sample cannot hold the caller.
+        """
+        end = time.time() + seconds
+        count = [0]
+
+        def loop() -> None:
+            while time.time() < end:
+                try:
+                    next(self._iterator)
+                    count[0] += 1
+                except (tf.errors.OutOfRangeError, StopIteration):
+                    self._iterator = iter(self._dataset)
+                except Exception:  # noqa: BLE001 - the server is going down: nothing left to release
+                    return
+
+        thread = threading.Thread(target=loop, name="learner-drain", daemon=True)
+        thread.start()
+        thread.join(timeout=seconds + 0.2)
+        return count[0]
+
+    def start_priority_updates(self) -> None:
+        """Starts the background priority sender (run() does it; tests call it)."""
+        self._updater.start()
+
+    def flush_priorities(self) -> None:
+        """Blocks until every priority update so far reached Reverb."""
+        self._updater.flush()
+
+    def report(self, now: float, rate: float | None) -> dict[str, Any]:
+        row: dict[str, Any] = {"learner/steps": self.steps,
+                               "learner/priority_updates": self._updater.updates_sent,
+                               "learner/priority_update_calls": self._updater.calls}
+        if rate is not None:
+            row["learner/steps_per_second"] = rate
+        for k, v in self._last.items():
+            row[f"learner/{k}"] = v
+        if self._lags:
+            lags = np.concatenate(self._lags)
+            ages = np.concatenate(self._ages)
+            self._lags, self._ages = [], []
+            row["learner/policy_lag_p50_steps"] = float(np.percentile(lags, 50))
+            row["learner/policy_lag_p90_steps"] = float(np.percentile(lags, 90))
+            row["learner/policy_lag_max_steps"] = float(lags.max())
+            row["learner/sample_age_p50_seconds"] = float(np.percentile(ages, 50))
+        if self._updater.calls:
+            row["learner/priority_update_ms"] = 1000.0 * self._updater.seconds_in_calls / self._updater.calls
+        if self._metrics is not None:
+            self._metrics.write(row)
+        if self._coordinator is not None:
+            try:
+                self._coordinator.futures.report_learner(self.steps, self.first_step_time, row)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        return row
+
+    # ------------------------------------------------------------ variables
+    def get_variables(self) -> tuple[int, list[np.ndarray], dict[str, float]]:
+        """(version, weights, info): version = SGD steps done; info has max_priority."""
+        # Weights are copied by the training thread right after a step (when
+        # asked), so this call never waits for a batch and never reads a
+        # half-applied update. The answer may be one step old.
+        self._weights_wanted = True
+        version, weights = self._weights_cache
+        return version, weights, {"max_priority": self._updater.max_priority}
+
+    def close(self) -> None:
+        self._updater.close()
+
+
+class _Stopped(Exception):
+    pass

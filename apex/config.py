@@ -1,0 +1,362 @@
+"""Dataclass configs for apex programs, with validation and dotted overrides.
+
+A config file is a Python file with `get_config() -> ApexConfig`. Entry points
+load it with `load_config_file` and apply `--config.a.b=value` overrides with
+`apply_override`; `validate` runs before anything launches and raises a
+`ConfigError` naming the field, the value and what would be valid.
+
+Example:
+    >>> cfg = ApexConfig()
+    >>> apply_override(cfg, 'actor.num_actors', '4')
+    >>> validate(cfg)
+    >>> cfg.actor.num_actors
+    4
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import os
+import types
+import typing
+from typing import Any
+
+from apex.errors import ConfigError
+
+INSERT_PRIORITIES = ("actor_td", "max_seen", "constant")
+LAUNCH_TYPES = ("local_mp", "local_mt", "test_mt")
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    """Which Gymnasium environment the actors and the evaluator step."""
+
+    id: str = "CartPole-v1"
+    """Gymnasium id; must have a Discrete action space and a Box observation."""
+    max_episode_steps: int | None = None
+    """Overrides the env's own time limit (None keeps the registered one)."""
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    """The Reverb table of n-step transitions and its rate limiter."""
+
+    capacity: int = 100_000
+    """Maximum number of transitions kept; the oldest is removed first (FIFO)."""
+    min_size: int = 1_000
+    """Transitions that must be inserted before the learner may sample."""
+    samples_per_insert: float = 8.0
+    """Target ratio of sampled to inserted transitions (SampleToInsertRatio)."""
+    error_buffer: float | None = None
+    """Allowed deviation from samples_per_insert, in samples; None: auto."""
+    priority_exponent: float = 0.6
+    """Alpha of the Prioritized sampler: P(i) ~ p_i ** alpha."""
+    n_step: int = 3
+    """Number of rewards summed into each stored transition."""
+    discount: float = 0.99
+    """Per-step discount gamma; a stored transition carries gamma ** k or 0."""
+    insert_priority: str = "actor_td"
+    """Initial priority: actor_td (|n-step TD| from the actor), max_seen, constant."""
+    constant_priority: float = 1.0
+    """Priority used by insert_priority='constant' (and the first max_seen)."""
+    priority_epsilon: float = 1e-3
+    """Added to every |TD| so no transition gets priority 0."""
+    colocate_with_learner: bool = True
+    """Run the Reverb server in the learner's process (no gRPC on sampling)."""
+    port: int | None = None
+    """Fixed Reverb port (None: a free one is picked)."""
+
+
+@dataclasses.dataclass
+class ActorConfig:
+    """Epsilon-greedy actors, each stepping a vector of envs."""
+
+    num_actors: int = 2
+    """Actor processes."""
+    envs_per_actor: int = 16
+    """Envs stepped by one actor with one batched forward pass per step."""
+    epsilon_base: float = 0.4
+    """Ape-X ladder: slot i of M gets epsilon_base ** (1 + alpha * i / (M - 1))."""
+    epsilon_alpha: float = 7.0
+    """Exponent spread of the Ape-X epsilon ladder."""
+    params_update_period: int = 400
+    """Env steps (summed over the actor's envs) between parameter pulls."""
+    report_period_seconds: float = 1.0
+    """Seconds between an actor's reports to the coordinator."""
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    """Double DQN learner on prioritized n-step transitions."""
+
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    """Widths of the Q-network's hidden layers (ReLU)."""
+    dueling: bool = False
+    """Use a dueling head (value + advantage)."""
+    batch_size: int = 128
+    """Transitions per SGD step."""
+    learning_rate: float = 1e-3
+    """Adam step size."""
+    adam_epsilon: float = 1e-8
+    """Adam epsilon."""
+    max_grad_norm: float = 10.0
+    """Global-norm gradient clipping."""
+    huber_delta: float = 1.0
+    """Huber loss threshold."""
+    target_update_period: int = 200
+    """SGD steps between target-network copies."""
+    importance_exponent: float = 0.4
+    """Beta of the importance-sampling weights (N * P(i)) ** -beta."""
+    num_sample_workers: int = 2
+    """Parallel Reverb sampling streams feeding the learner."""
+    prefetch_batches: int = 4
+    """Batches prefetched ahead of the SGD step."""
+    priority_update_period: int = 4
+    """SGD steps whose priority updates are merged into one Reverb call."""
+    seed: int = 0
+    """Seed of the network initialisation."""
+
+
+@dataclasses.dataclass
+class EvaluationConfig:
+    """Greedy evaluation on the latest parameters."""
+
+    episodes: int = 10
+    """Episodes per evaluation (run side by side)."""
+    epsilon: float = 0.0
+    """Exploration during evaluation (0: greedy)."""
+    period_seconds: float = 2.0
+    """Seconds between the starts of two evaluations."""
+    target_return: float = 475.0
+    """Mean evaluation return that counts as solved (CartPole-v1: 475)."""
+
+
+@dataclasses.dataclass
+class StopConfig:
+    """When the coordinator stops the program (the first reached wins)."""
+
+    max_actor_steps: int | None = 1_000_000
+    """Env steps summed over all actors (None: no limit)."""
+    max_learner_steps: int | None = None
+    """Learner SGD steps (None: no limit)."""
+    max_wall_seconds: float | None = 120.0
+    """Seconds since launch (None: no limit)."""
+    when_solved: bool = False
+    """Stop as soon as the evaluation reaches evaluation.target_return."""
+
+
+@dataclasses.dataclass
+class LoggingConfig:
+    """Terminal progress and metrics files."""
+
+    progress_period_seconds: float = 5.0
+    """Seconds between two progress lines (0 disables them)."""
+    metrics_period_seconds: float = 1.0
+    """Seconds between two metrics rows per component."""
+
+
+@dataclasses.dataclass
+class ApexConfig:
+    """A whole Ape-X DQN program."""
+
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+    stop: StopConfig = dataclasses.field(default_factory=StopConfig)
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    run_dir: str = ""
+    """Where metrics, config and summary.json go ('' : runs/<time>-<config>)."""
+    seed: int = 0
+    """Seed of envs and exploration; actor i, slot j uses seed + 1000 * i + j."""
+
+
+def effective_error_buffer(replay: ReplayConfig, batch_size: int) -> float:
+    """The rate limiter's error buffer: the configured one, or a safe default."""
+    if replay.error_buffer is not None:
+        return float(replay.error_buffer)
+    spi = max(1.0, replay.samples_per_insert)
+    return float(max(10 * batch_size, replay.min_size * spi * 0.5, 4 * spi))
+
+
+def _check(cond: bool, field: str, value: Any, valid: str) -> None:
+    if not cond:
+        raise ConfigError(field, value, valid)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate(config: ApexConfig) -> None:
+    """Raises ConfigError for the first invalid field; returns None if all are valid."""
+    c = config
+    _check(isinstance(c.env.id, str) and bool(c.env.id), "env.id", c.env.id, "a Gymnasium id such as 'CartPole-v1'")
+    if c.env.max_episode_steps is not None:
+        _check(_is_int(c.env.max_episode_steps) and c.env.max_episode_steps >= 1, "env.max_episode_steps", c.env.max_episode_steps, "None or an integer >= 1")
+
+    r = c.replay
+    _check(_is_int(r.capacity) and r.capacity >= 1, "replay.capacity", r.capacity, "an integer >= 1")
+    _check(_is_int(r.min_size) and r.min_size >= 1, "replay.min_size", r.min_size, "an integer >= 1")
+    _check(r.min_size <= r.capacity, "replay.min_size", r.min_size, f"at most replay.capacity ({r.capacity}), or the learner could never sample")
+    _check(_is_num(r.samples_per_insert) and r.samples_per_insert > 0, "replay.samples_per_insert", r.samples_per_insert, "a number > 0")
+    _check(_is_num(r.priority_exponent) and 0 <= r.priority_exponent <= 1, "replay.priority_exponent", r.priority_exponent, "a number in [0, 1]")
+    _check(_is_int(r.n_step) and r.n_step >= 1, "replay.n_step", r.n_step, "an integer >= 1")
+    _check(_is_num(r.discount) and 0 <= r.discount <= 1, "replay.discount", r.discount, "a number in [0, 1]")
+    _check(r.insert_priority in INSERT_PRIORITIES, "replay.insert_priority", r.insert_priority, f"one of {list(INSERT_PRIORITIES)}")
+    _check(_is_num(r.constant_priority) and r.constant_priority > 0, "replay.constant_priority", r.constant_priority, "a number > 0")
+    _check(_is_num(r.priority_epsilon) and r.priority_epsilon > 0, "replay.priority_epsilon", r.priority_epsilon, "a number > 0")
+    if r.port is not None:
+        _check(_is_int(r.port) and 1 <= r.port <= 65535, "replay.port", r.port, "None or a port in [1, 65535]")
+
+    a = c.actor
+    _check(_is_int(a.num_actors) and a.num_actors >= 1, "actor.num_actors", a.num_actors, "an integer >= 1")
+    _check(_is_int(a.envs_per_actor) and a.envs_per_actor >= 1, "actor.envs_per_actor", a.envs_per_actor, "an integer >= 1")
+    _check(_is_num(a.epsilon_base) and 0 <= a.epsilon_base <= 1, "actor.epsilon_base", a.epsilon_base, "a number in [0, 1]")
+    _check(_is_num(a.epsilon_alpha) and a.epsilon_alpha >= 0, "actor.epsilon_alpha", a.epsilon_alpha, "a number >= 0")
+    _check(_is_int(a.params_update_period) and a.params_update_period >= 1, "actor.params_update_period", a.params_update_period, "an integer >= 1")
+    _check(_is_num(a.report_period_seconds) and a.report_period_seconds > 0, "actor.report_period_seconds", a.report_period_seconds, "a number > 0")
+
+    lr = c.learner
+    _check(isinstance(lr.hidden_sizes, (tuple, list)) and len(lr.hidden_sizes) >= 1 and all(_is_int(h) and h >= 1 for h in lr.hidden_sizes), "learner.hidden_sizes", lr.hidden_sizes, "a non-empty tuple of integers >= 1, e.g. (128, 128)")
+    _check(_is_int(lr.batch_size) and lr.batch_size >= 1, "learner.batch_size", lr.batch_size, "an integer >= 1")
+    _check(lr.batch_size <= r.capacity, "learner.batch_size", lr.batch_size, f"at most replay.capacity ({r.capacity})")
+    _check(_is_num(lr.learning_rate) and lr.learning_rate > 0, "learner.learning_rate", lr.learning_rate, "a number > 0")
+    _check(_is_num(lr.adam_epsilon) and lr.adam_epsilon > 0, "learner.adam_epsilon", lr.adam_epsilon, "a number > 0")
+    _check(_is_num(lr.max_grad_norm) and lr.max_grad_norm > 0, "learner.max_grad_norm", lr.max_grad_norm, "a number > 0")
+    _check(_is_num(lr.huber_delta) and lr.huber_delta > 0, "learner.huber_delta", lr.huber_delta, "a number > 0")
+    _check(_is_int(lr.target_update_period) and lr.target_update_period >= 1, "learner.target_update_period", lr.target_update_period, "an integer >= 1")
+    _check(_is_num(lr.importance_exponent) and 0 <= lr.importance_exponent <= 1, "learner.importance_exponent", lr.importance_exponent, "a number in [0, 1]")
+    _check(_is_int(lr.num_sample_workers) and lr.num_sample_workers >= 1, "learner.num_sample_workers", lr.num_sample_workers, "an integer >= 1")
+    _check(_is_int(lr.prefetch_batches) and lr.prefetch_batches >= 0, "learner.prefetch_batches", lr.prefetch_batches, "an integer >= 0")
+    _check(_is_int(lr.priority_update_period) and lr.priority_update_period >= 1, "learner.priority_update_period", lr.priority_update_period, "an integer >= 1")
+
+    if r.error_buffer is not None:
+        _check(_is_num(r.error_buffer), "replay.error_buffer", r.error_buffer, "None or a number")
+        need = max(2.0 * max(1.0, r.samples_per_insert), float(lr.batch_size))
+        _check(r.error_buffer >= need, "replay.error_buffer", r.error_buffer,
+               f"None or >= {need:g} (2 * max(1, samples_per_insert) and >= learner.batch_size); a smaller buffer "
+               "makes the rate limiter block the learner in the middle of a batch")
+
+    e = c.evaluation
+    _check(_is_int(e.episodes) and e.episodes >= 1, "evaluation.episodes", e.episodes, "an integer >= 1")
+    _check(_is_num(e.epsilon) and 0 <= e.epsilon <= 1, "evaluation.epsilon", e.epsilon, "a number in [0, 1]")
+    _check(_is_num(e.period_seconds) and e.period_seconds > 0, "evaluation.period_seconds", e.period_seconds, "a number > 0")
+    _check(_is_num(e.target_return), "evaluation.target_return", e.target_return, "a number")
+
+    s = c.stop
+    for name in ("max_actor_steps", "max_learner_steps"):
+        v = getattr(s, name)
+        if v is not None:
+            _check(_is_int(v) and v >= 1, f"stop.{name}", v, "None or an integer >= 1")
+    if s.max_wall_seconds is not None:
+        _check(_is_num(s.max_wall_seconds) and s.max_wall_seconds > 0, "stop.max_wall_seconds", s.max_wall_seconds, "None or a number > 0")
+    _check(s.max_actor_steps is not None or s.max_learner_steps is not None or s.max_wall_seconds is not None or s.when_solved,
+           "stop", "no limit", "at least one of stop.max_actor_steps, stop.max_learner_steps, stop.max_wall_seconds, stop.when_solved")
+
+    lg = c.logging
+    _check(_is_num(lg.progress_period_seconds) and lg.progress_period_seconds >= 0, "logging.progress_period_seconds", lg.progress_period_seconds, "a number >= 0")
+    _check(_is_num(lg.metrics_period_seconds) and lg.metrics_period_seconds > 0, "logging.metrics_period_seconds", lg.metrics_period_seconds, "a number > 0")
+    _check(isinstance(c.run_dir, str), "run_dir", c.run_dir, "a path string")
+    _check(_is_int(c.seed) and c.seed >= 0, "seed", c.seed, "an integer >= 0")
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def _field_types(obj: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(type(obj))
+    return {f.name: hints[f.name] for f in dataclasses.fields(obj)}
+
+
+def _coerce(path: str, text: str, typ: Any) -> Any:
+    """Parses `text` as a value of annotation `typ`, or raises ConfigError."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if text.strip().lower() in ("none", "null"):
+            return None
+        last: ConfigError | None = None
+        for a in non_none:
+            try:
+                return _coerce(path, text, a)
+            except ConfigError as err:
+                last = err
+        assert last is not None
+        raise last
+    if typ is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(path, text, "a boolean (true/false)")
+    if typ is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(path, text, "an integer") from None
+    if typ is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(path, text, "a number") from None
+    if typ is str:
+        return text
+    if origin in (tuple, list):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ConfigError(path, text, "a tuple literal such as (128, 128)") from None
+        if isinstance(value, (int, float)):
+            value = (value,)
+        if not isinstance(value, (tuple, list)):
+            raise ConfigError(path, text, "a tuple literal such as (128, 128)")
+        return tuple(value)
+    raise ConfigError(path, text, f"a value of type {typ}")
+
+
+def apply_override(config: Any, path: str, text: str) -> None:
+    """Sets the field at dotted `path` (e.g. 'actor.num_actors') from its text form."""
+    parts = path.split(".")
+    node = config
+    for i, name in enumerate(parts):
+        types_ = _field_types(node)
+        prefix = ".".join(parts[:i])
+        if name not in types_:
+            where = f"'{prefix}'" if prefix else "the config"
+            raise ConfigError(path, text, f"an existing field; {where} has: {', '.join(sorted(types_))}")
+        if i == len(parts) - 1:
+            if dataclasses.is_dataclass(getattr(node, name)):
+                raise ConfigError(path, text, f"a leaf field; '{path}' is a section with: {', '.join(sorted(_field_types(getattr(node, name))))}")
+            setattr(node, name, _coerce(path, text, types_[name]))
+        else:
+            node = getattr(node, name)
+            if not dataclasses.is_dataclass(node):
+                raise ConfigError(path, text, f"a path through sections; '{'.'.join(parts[: i + 1])}' is a value")
+
+
+def load_config_file(path: str) -> Any:
+    """Imports `path` and returns its get_config()."""
+    if not os.path.isfile(path):
+        raise ConfigError("--config", path, "the path of an existing config file such as configs/apex_cartpole.py")
+    spec = importlib.util.spec_from_file_location(f"_apex_config_{abs(hash(path))}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ConfigError("--config", path, "a file that defines get_config()")
+    return module.get_config()
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The config as plain JSON-able dicts."""
+    return dataclasses.asdict(config)

@@ -1,0 +1,235 @@
+"""The coordinator: counts, stops the program, prints progress, writes summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from apex.config import ApexConfig
+from apex.metrics import MetricsWriter
+
+SUMMARY_KEYS = (
+    "env_steps", "learner_steps", "wall_seconds", "first_learner_step_seconds", "env_steps_per_second",
+    "learner_steps_per_second", "samples_per_insert", "eval_return_mean", "solved_at_wall_seconds",
+    "solved_at_env_steps",
+)
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """Writes JSON to `path` through a temporary file and a rename (never half-written)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+class Coordinator:
+    """Counter and stopper of a program.
+
+    Actors, the learner and the evaluator report to it; `run` polls the replay
+    table, writes `coordinator` metrics, prints a progress line, checks the stop
+    criteria and, when one is reached, writes summary.json and calls
+    `stop_program`. If the program is stopped from outside (Ctrl-C, SIGTERM),
+    `run` writes summary.json before it returns.
+
+    Args:
+      config: the program config.
+      run_dir: where summary.json and state.json go ('' : nowhere).
+      start_time: unix time of the launch (wall_seconds count from it).
+      replay_client: a reverb.Client of the replay server (None: no replay stats).
+      stop_program: called once when a stop criterion is reached.
+    """
+
+    def __init__(self, config: ApexConfig, run_dir: str, start_time: float, replay_client: Any = None,
+                 stop_program: Callable[[], None] | None = None, metrics: MetricsWriter | None = None,
+                 out: Any = None):
+        self._config = config
+        self._run_dir = run_dir
+        self._start = float(start_time)
+        self._replay = replay_client
+        self._stop_program = stop_program
+        self._metrics = metrics
+        self._out = out if out is not None else sys.stdout
+        self._lock = threading.Lock()
+        self._actor_steps: dict[int, int] = {}
+        self._actor_episodes: dict[int, int] = {}
+        self._actor_start: dict[int, float] = {}
+        self._recent_returns: list[float] = []
+        self._learner_steps = 0
+        self._learner_first_step: float | None = None
+        self._learner_row: dict[str, Any] = {}
+        self._eval: dict[str, Any] | None = None
+        self._solved_at: tuple[float, int] | None = None
+        self._replay_info: dict[str, float] = {}
+        self.stop_reason: str | None = None
+        self._summary_written = False
+
+    # -------------------------------------------------------------- reports
+    def report_actor(self, actor_id: int, env_steps: int, episodes: int, returns: list[float],
+                     start_time: float | None = None) -> None:
+        with self._lock:
+            if actor_id not in self._actor_start:
+                self._actor_start[actor_id] = start_time or time.time()
+            self._actor_steps[int(actor_id)] = int(env_steps)
+            self._actor_episodes[int(actor_id)] = int(episodes)
+            self._recent_returns.extend(float(r) for r in returns)
+
+    def report_learner(self, steps: int, first_step_time: float | None, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._learner_steps = int(steps)
+            if first_step_time is not None and self._learner_first_step is None:
+                self._learner_first_step = float(first_step_time)
+            self._learner_row = dict(row)
+
+    def report_eval(self, return_mean: float, version: int, returns: list[float]) -> None:
+        now = time.time()
+        with self._lock:
+            self._eval = {"return_mean": float(return_mean), "version": int(version), "returns": list(returns),
+                          "time": now, "env_steps": self.env_steps}
+            if self._solved_at is None and return_mean >= self._config.evaluation.target_return:
+                self._solved_at = (now - self._start, self.env_steps)
+
+    # ---------------------------------------------------------------- state
+    @property
+    def env_steps(self) -> int:
+        return sum(self._actor_steps.values())
+
+    def get_counts(self) -> dict[str, Any]:
+        with self._lock:
+            return {"env_steps": self.env_steps, "learner_steps": self._learner_steps,
+                    "episodes": sum(self._actor_episodes.values()),
+                    "eval_return_mean": None if self._eval is None else self._eval["return_mean"]}
+
+    def _poll_replay(self) -> None:
+        if self._replay is None:
+            return
+        try:
+            info = self._replay.server_info(timeout=2)
+        except Exception:  # noqa: BLE001 - the server may be gone at shutdown
+            return
+        for table in info.values():
+            rl = table.rate_limiter_info
+            inserts = rl.insert_stats.completed
+            samples = rl.sample_stats.completed
+            self._replay_info = {
+                "size": table.current_size, "capacity": table.max_size, "inserts": inserts, "samples": samples,
+                "samples_per_insert": (samples / inserts) if inserts else 0.0,
+                "unique_samples": table.num_unique_samples,
+            }
+            break
+
+    def summary(self) -> dict[str, Any]:
+        now = time.time()
+        with self._lock:
+            env_steps = self.env_steps
+            first_act = min(self._actor_start.values()) if self._actor_start else None
+            lfs = self._learner_first_step
+            s = {
+                "env_steps": env_steps,
+                "learner_steps": self._learner_steps,
+                "episodes": sum(self._actor_episodes.values()),
+                "wall_seconds": now - self._start,
+                "first_learner_step_seconds": None if lfs is None else lfs - self._start,
+                "env_steps_per_second": env_steps / (now - first_act) if first_act and now > first_act else 0.0,
+                "env_steps_per_second_since_launch": env_steps / max(1e-9, now - self._start),
+                "learner_steps_per_second": self._learner_steps / (now - lfs) if lfs and now > lfs else 0.0,
+                "samples_per_insert": self._replay_info.get("samples_per_insert"),
+                "replay_size": self._replay_info.get("size"),
+                "replay_inserts": self._replay_info.get("inserts"),
+                "replay_samples": self._replay_info.get("samples"),
+                "eval_return_mean": None if self._eval is None else self._eval["return_mean"],
+                "eval_returns": None if self._eval is None else self._eval["returns"],
+                "target_return": self._config.evaluation.target_return,
+                "solved_at_wall_seconds": None if self._solved_at is None else self._solved_at[0],
+                "solved_at_env_steps": None if self._solved_at is None else self._solved_at[1],
+                "stop_reason": self.stop_reason,
+                "policy_lag_p50_steps": self._learner_row.get("learner/policy_lag_p50_steps"),
+            }
+        return s
+
+    def write_summary(self) -> dict[str, Any]:
+        s = self.summary()
+        if self._run_dir:
+            write_json_atomic(os.path.join(self._run_dir, "summary.json"), s)
+        self._summary_written = True
+        return s
+
+    def _write_state(self) -> None:
+        if self._run_dir:
+            write_json_atomic(os.path.join(self._run_dir, "state.json"), self.summary())
+
+    # ---------------------------------------------------------------- loop
+    def check_stop(self) -> str | None:
+        """The name of the first stop criterion reached, or None."""
+        sc = self._config.stop
+        if sc.max_actor_steps is not None and self.env_steps >= sc.max_actor_steps:
+            return "max_actor_steps"
+        if sc.max_learner_steps is not None and self._learner_steps >= sc.max_learner_steps:
+            return "max_learner_steps"
+        if sc.max_wall_seconds is not None and time.time() - self._start >= sc.max_wall_seconds:
+            return "max_wall_seconds"
+        if sc.when_solved and self._solved_at is not None:
+            return "solved"
+        return None
+
+    def progress_line(self, rates: dict[str, float]) -> str:
+        r = self._replay_info
+        ev = "-" if self._eval is None else f"{self._eval['return_mean']:.1f}"
+        return (f"[apex {time.time() - self._start:6.1f}s] env_steps {self.env_steps:,} "
+                f"({rates.get('env', 0.0):,.0f}/s) | learner_steps {self._learner_steps:,} "
+                f"({rates.get('learner', 0.0):.1f}/s) | replay {r.get('size', 0):,}/{r.get('capacity', 0):,} "
+                f"| samples/insert {r.get('samples_per_insert', 0.0):.2f} | eval_return {ev}")
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        lc = self._config.logging
+        last_metrics = last_progress = time.time()
+        last_env, last_learner = self.env_steps, self._learner_steps
+        rates: dict[str, float] = {}
+        while not should_stop():
+            time.sleep(0.1)
+            now = time.time()
+            if now - last_metrics >= lc.metrics_period_seconds:
+                self._poll_replay()
+                dt = now - last_metrics
+                rates = {"env": (self.env_steps - last_env) / dt, "learner": (self._learner_steps - last_learner) / dt}
+                last_env, last_learner, last_metrics = self.env_steps, self._learner_steps, now
+                self._write_metrics(rates)
+                self._write_state()
+            if lc.progress_period_seconds and now - last_progress >= lc.progress_period_seconds:
+                print(self.progress_line(rates), file=self._out, flush=True)
+                last_progress = now
+            reason = self.check_stop()
+            if reason is not None:
+                self.stop_reason = reason
+                self._poll_replay()
+                s = self.write_summary()
+                print(f"[apex] stopping: {reason}; summary: "
+                      + json.dumps({k: s[k] for k in SUMMARY_KEYS}), file=self._out, flush=True)
+                if self._stop_program is not None:
+                    self._stop_program()
+                return
+        self.stop_reason = self.stop_reason or "stopped"
+        self._poll_replay()
+        self.write_summary()
+
+    def _write_metrics(self, rates: dict[str, float]) -> None:
+        if self._metrics is None:
+            return
+        r = self._replay_info
+        row = {"coordinator/env_steps": self.env_steps, "coordinator/learner_steps": self._learner_steps,
+               "coordinator/env_steps_per_second": rates.get("env"),
+               "coordinator/learner_steps_per_second": rates.get("learner"),
+               "replay/size": r.get("size"), "replay/inserts": r.get("inserts"), "replay/samples": r.get("samples"),
+               "replay/samples_per_insert": r.get("samples_per_insert"),
+               "replay/unique_samples": r.get("unique_samples")}
+        with self._lock:
+            if self._recent_returns:
+                row["coordinator/episode_return_mean"] = sum(self._recent_returns) / len(self._recent_returns)
+                self._recent_returns = []
+        self._metrics.write(row)

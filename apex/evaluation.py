@@ -1,0 +1,90 @@
+"""The evaluator: greedy episodes on the latest parameters."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from apex.agents.dqn.networks import numpy_q_values
+from apex.config import ApexConfig
+from apex.envs import make_env, to_observation
+from apex.metrics import MetricsWriter
+
+
+def evaluate(config: ApexConfig, weights: list[np.ndarray], episodes: int, epsilon: float, seed: int) -> np.ndarray:
+    """Returns of `episodes` episodes run side by side with one batched forward pass per step."""
+    envs = [make_env(config.env) for _ in range(episodes)]
+    rng = np.random.default_rng(seed)
+    try:
+        obs = np.stack([to_observation(env.reset(seed=seed + i)[0]) for i, env in enumerate(envs)])
+        returns = np.zeros(episodes)
+        live = np.ones(episodes, bool)
+        n_actions = envs[0].action_space.n
+        while live.any():
+            idx = np.flatnonzero(live)
+            q = numpy_q_values(weights, obs[idx], config.learner.dueling)
+            actions = q.argmax(axis=1)
+            if epsilon > 0:
+                explore = rng.random(len(idx)) < epsilon
+                actions = np.where(explore, rng.integers(0, n_actions, len(idx)), actions)
+            for a, i in zip(actions, idx):
+                o, r, term, trunc, _ = envs[i].step(int(a))
+                returns[i] += r
+                obs[i] = to_observation(o)
+                if term or trunc:
+                    live[i] = False
+        return returns
+    finally:
+        for env in envs:
+            env.close()
+
+
+class Evaluator:
+    """Every evaluation.period_seconds: pull the latest weights, run greedy episodes, report."""
+
+    def __init__(self, config: ApexConfig, variable_source: Any, coordinator: Any = None,
+                 metrics: MetricsWriter | None = None):
+        self._config = config
+        self._source = variable_source
+        self._coordinator = coordinator
+        self._metrics = metrics
+        self.evaluations = 0
+        self.failures = 0
+
+    def evaluate_once(self) -> dict[str, float]:
+        ec = self._config.evaluation
+        version, weights, _ = self._source.get_variables()
+        t0 = time.time()
+        returns = evaluate(self._config, [np.asarray(w) for w in weights], ec.episodes, ec.epsilon,
+                           seed=self._config.seed + 10_000_000 + 1000 * self.evaluations)
+        self.evaluations += 1
+        row = {"evaluator/return_mean": float(returns.mean()), "evaluator/return_min": float(returns.min()),
+               "evaluator/return_max": float(returns.max()), "evaluator/param_version": int(version),
+               "evaluator/seconds": time.time() - t0, "evaluator/evaluations": self.evaluations}
+        if self._metrics is not None:
+            self._metrics.write(row)
+        if self._coordinator is not None:
+            self._coordinator.report_eval(float(returns.mean()), int(version), [float(x) for x in returns])
+        return row
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        period = self._config.evaluation.period_seconds
+        while not should_stop():
+            t0 = time.time()
+            try:
+                self.evaluate_once()
+            except Exception as err:  # noqa: BLE001 - the learner may be starting or gone
+                if should_stop():
+                    break
+                self.failures += 1
+                if self.failures > 30:
+                    raise RuntimeError(f"evaluator: 30 failed evaluations, last: {err}") from err
+                time.sleep(1.0)
+                continue
+            remaining = period - (time.time() - t0)
+            deadline = time.time() + max(0.0, remaining)
+            while time.time() < deadline and not should_stop():
+                time.sleep(min(0.1, max(0.0, deadline - time.time())))

@@ -1,0 +1,1 @@
+"""Replay: the transition table, the n-step accumulator, the writer and the dataset."""

@@ -1,0 +1,227 @@
+"""make_program(config) -> lp.Program: the Ape-X DQN program graph.
+
+This is the only module of the tree that imports launchpad. Node classes here
+are thin: they wire apex objects to Launchpad's handles and stop event. Every
+node factory is a class or function plus plain arguments (the config), so the
+program pickles for local_mp.
+
+    replay (ReverbNode) <- actors insert;  learner samples, updates priorities
+    learner (CourierNode, the variable source) -> actors, evaluator pull weights
+    coordinator (CourierNode: counter, stopper, progress, summary.json)
+    evaluator (CourierNode: greedy episodes)
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import sys
+import time
+
+import launchpad as lp
+from absl import logging as absl_logging
+
+from apex.agents.dqn.acting import VectorActor
+from apex.agents.dqn.learning import DQNLearner
+from apex.config import ApexConfig, validate
+from apex.coordination import Coordinator
+from apex.envs import EnvSpec, env_spec
+from apex.evaluation import Evaluator
+from apex.exploration import slot_epsilons
+from apex.metrics import MetricsWriter
+from apex.replay.tables import make_tables
+from apex.replay.writer import TransitionWriter
+from apex.variables import StopRequested
+
+
+# A node still alive this long after a stop request prints every thread's stack
+# to its log before Launchpad's 10 s deadline kills it: a hang is never silent.
+STACK_DUMP_AFTER_STOP_SECONDS = 7.0
+
+
+def _stop_requested():
+    event = lp.stop_event()
+    if sys.argv and sys.argv[0].endswith("process_entry.py"):  # a local_mp node process of its own
+        lp.register_stop_handler(
+            lambda: faulthandler.dump_traceback_later(STACK_DUMP_AFTER_STOP_SECONDS, exit=False))
+    return event.is_set
+
+
+# Seconds the learner's process (which hosts the colocated replay server) stays
+# up after a stop request, sampling without training, so that actors blocked by
+# the rate limiter get out of their insert and close their Reverb writers
+# against a live server (closing a writer whose server vanished aborts in gRPC).
+REPLAY_STOP_GRACE_SECONDS = 2.0
+
+
+class GracefulReverbNode(lp.ReverbNode):
+    """lp.ReverbNode whose server outlives the stop request by the grace period."""
+
+    def run(self) -> None:
+        super().run()  # returns when the program is asked to stop
+        time.sleep(REPLAY_STOP_GRACE_SECONDS + 0.5)
+
+
+def _quiet_logs() -> None:
+    # Node processes do not parse flags; keep absl's per-node INFO lines
+    # (courier bindings, port picking) out of the user's terminal.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+
+class LearnerNode:
+    """Learner + variable source. Public methods are courier RPCs."""
+
+    def __init__(self, config: ApexConfig, spec: EnvSpec, replay, coordinator, run_dir: str):
+        _quiet_logs()
+        self._learner = DQNLearner(config, spec, replay.server_address, coordinator=coordinator,
+                                   metrics=MetricsWriter(run_dir, "learner"))
+
+    def run(self) -> None:
+        self._learner.run(_stop_requested())
+        self._learner.drain(REPLAY_STOP_GRACE_SECONDS)
+
+    def step(self) -> dict[str, float]:
+        return self._learner.step()
+
+    def get_variables(self):
+        return self._learner.get_variables()
+
+    def get_steps(self) -> int:
+        return self._learner.steps
+
+    def flush_priorities(self) -> None:
+        self._learner.start_priority_updates()
+        self._learner.flush_priorities()
+
+    def last_priority_update(self):
+        """(keys, priorities when sampled, priorities sent) of the last step."""
+        return self._learner.last_update
+
+
+class ActorNode:
+    def __init__(self, config: ApexConfig, actor_id: int, replay, learner, coordinator, run_dir: str):
+        _quiet_logs()
+        self._config = config
+        self._actor_id = actor_id
+        self._replay = replay
+        self._learner = learner
+        self._coordinator = coordinator
+        self._run_dir = run_dir
+
+    def run(self) -> None:
+        c = self._config
+        e = c.actor.envs_per_actor
+        eps = slot_epsilons(self._actor_id, e, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha)
+        should_stop = _stop_requested()
+        with TransitionWriter(self._replay, self._actor_id, eps, slot_offset=self._actor_id * e) as writer:
+            try:
+                actor = VectorActor(c, self._actor_id, self._learner, writer, coordinator=self._coordinator,
+                                    metrics=MetricsWriter(self._run_dir, f"actor_{self._actor_id}"),
+                                    should_stop=should_stop)
+            except StopRequested:
+                return
+            try:
+                actor.run(should_stop)
+            except Exception:
+                if should_stop():  # the replay or learner went away first during shutdown
+                    return
+                raise
+            finally:
+                actor.close()
+
+
+class EvaluatorNode:
+    def __init__(self, config: ApexConfig, learner, coordinator, run_dir: str):
+        _quiet_logs()
+        self._evaluator = Evaluator(config, learner, coordinator=coordinator,
+                                    metrics=MetricsWriter(run_dir, "evaluator"))
+
+    def run(self) -> None:
+        self._evaluator.run(_stop_requested())
+
+
+class CoordinatorNode:
+    def __init__(self, config: ApexConfig, run_dir: str, start_time: float, replay):
+        _quiet_logs()
+        self._coordinator = Coordinator(config, run_dir, start_time, replay_client=replay, stop_program=lp.stop,
+                                        metrics=MetricsWriter(run_dir, "coordinator"))
+
+    def run(self) -> None:
+        self._coordinator.run(_stop_requested())
+
+    def report_actor(self, actor_id, env_steps, episodes, returns, start_time=None) -> None:
+        self._coordinator.report_actor(actor_id, env_steps, episodes, returns, start_time)
+
+    def report_learner(self, steps, first_step_time, row) -> None:
+        self._coordinator.report_learner(steps, first_step_time, row)
+
+    def report_eval(self, return_mean, version, returns) -> None:
+        self._coordinator.report_eval(return_mean, version, returns)
+
+    def get_counts(self):
+        return self._coordinator.get_counts()
+
+    def summary(self):
+        return self._coordinator.summary()
+
+
+def make_program(config: ApexConfig, run_dir: str = "", start_time: float | None = None) -> lp.Program:
+    """Builds the Launchpad program of `config` (validated first).
+
+    Args:
+      config: the program config.
+      run_dir: where nodes write metrics and summary.json ('' : nothing written).
+      start_time: unix time of the launch; wall_seconds count from it.
+    """
+    validate(config)
+    spec = env_spec(config.env)
+    start_time = time.time() if start_time is None else start_time
+    program = lp.Program("apex")
+
+    replay_node = GracefulReverbNode(functools.partial(make_tables, config, spec))
+    replay = replay_node.create_handle()
+
+    coordinator_node = lp.CourierNode(CoordinatorNode, config, run_dir, start_time, replay)
+    coordinator = coordinator_node.create_handle()
+
+    learner_node = lp.CourierNode(LearnerNode, config, spec, replay, coordinator, run_dir)
+    learner = learner_node.create_handle()
+    # Calls to the learner fail after 5 s instead of hanging on a dead node;
+    # callers retry or stop (wait_for_ready still covers the learner's start-up).
+    learner.set_client_kwargs(call_timeout=5)
+
+    if config.replay.colocate_with_learner:
+        # One process: sampling skips gRPC (measured 2x the learner's rate here).
+        program.add_node(lp.MultiThreadingColocation([replay_node, learner_node]), label="learner")
+    else:
+        program.add_node(replay_node, label="replay")
+        program.add_node(learner_node, label="learner")
+
+    evaluator_node = lp.CourierNode(EvaluatorNode, config, learner, coordinator, run_dir)
+    # The coordinator and the evaluator are light: one process for both saves a
+    # TensorFlow import (~5 s of CPU) at start-up.
+    program.add_node(lp.MultiThreadingColocation([coordinator_node, evaluator_node]), label="coordinator")
+
+    with program.group("actor"):
+        for i in range(config.actor.num_actors):
+            program.add_node(lp.CourierNode(ActorNode, config, i, replay, learner, coordinator, run_dir))
+    return program
+
+
+
+def find_nodes(program: lp.Program, node_class: type) -> list:
+    """The CourierNodes of `program` built from `node_class`, inside colocations too.
+
+    Example (as in Acme's integration tests):
+        >>> (learner,) = find_nodes(program, LearnerNode)
+        >>> learner.disable_run()
+    """
+    found = []
+    stack = list(program.get_all_nodes())
+    while stack:
+        node = stack.pop()
+        if isinstance(node, lp.MultiThreadingColocation):
+            stack.extend(node.nodes)
+        elif getattr(node, "_constructor", None) is node_class:
+            found.append(node)
+    return found

@@ -1,0 +1,44 @@
+"""Shared test set-up: quiet TF, absl flags usable under pytest, helpers."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+from absl import flags  # noqa: E402
+
+
+def pytest_configure(config):
+    # absltest-based code reads FLAGS (e.g. test_tmpdir); pytest never parses them.
+    flags.FLAGS.mark_as_parsed()
+
+
+@pytest.fixture
+def small_config():
+    """A tiny, fast config (CartPole, 1 actor x 4 envs, small replay)."""
+    from apex.config import ApexConfig
+
+    c = ApexConfig()
+    c.actor.num_actors = 1
+    c.actor.envs_per_actor = 4
+    c.replay.capacity = 5_000
+    c.replay.min_size = 64
+    c.replay.samples_per_insert = 4.0
+    c.learner.batch_size = 32
+    c.learner.hidden_sizes = (16, 16)
+    c.evaluation.episodes = 2
+    c.logging.progress_period_seconds = 0
+    return c
+
+
+@pytest.fixture
+def reverb_server(small_config):
+    """An in-process Reverb server with the transitions table of small_config."""
+    import reverb
+
+    from apex.envs import env_spec
+    from apex.replay.tables import make_tables
+
+    server = reverb.Server(make_tables(small_config, env_spec(small_config.env)))
+    yield server
+    server.stop()

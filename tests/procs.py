@@ -1,0 +1,62 @@
+"""Helpers for multi-process tests: launch the entry point, find leftover processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKEN_VAR = "APEX_TEST_RUN_TOKEN"
+
+
+def start_train(run_dir: str, *overrides: str) -> tuple[subprocess.Popen, str]:
+    """Starts `python -m launch.train` with a unique token in its environment."""
+    token = uuid.uuid4().hex
+    env = dict(os.environ, **{TOKEN_VAR: token})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.train", "--config=configs/apex_cartpole.py", f"--config.run_dir={run_dir}",
+         "--config.logging.progress_period_seconds=2", *overrides],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, token
+
+
+def processes_with_token(token: str) -> list[psutil.Process]:
+    """Every live process whose environment carries `token` (the program's processes inherit it)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(TOKEN_VAR) == token and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_for_state(run_dir: str, predicate, timeout: float) -> dict:
+    deadline = time.time() + timeout
+    last = {}
+    while time.time() < deadline:
+        try:
+            with open(os.path.join(run_dir, "state.json")) as f:
+                last = json.load(f)
+            if predicate(last):
+                return last
+        except (OSError, json.JSONDecodeError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"state.json never satisfied the condition; last: {last}")
+
+
+def kill_tree(proc: subprocess.Popen, token: str) -> None:
+    for p in processes_with_token(token):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.kill()
