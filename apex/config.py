@@ -43,7 +43,7 @@ class EnvConfig:
 class ReplayConfig:
     """The Reverb table of n-step transitions and its rate limiter."""
 
-    capacity: int = 100_000
+    capacity: int = 20_000
     """Maximum number of transitions kept; the oldest is removed first (FIFO)."""
     min_size: int = 1_000
     """Transitions that must be inserted before the learner may sample."""
@@ -95,9 +95,9 @@ class LearnerConfig:
     """Widths of the Q-network's hidden layers (ReLU)."""
     dueling: bool = False
     """Use a dueling head (value + advantage)."""
-    batch_size: int = 128
+    batch_size: int = 64
     """Transitions per SGD step."""
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     """Adam step size."""
     adam_epsilon: float = 1e-8
     """Adam epsilon."""
@@ -105,7 +105,7 @@ class LearnerConfig:
     """Global-norm gradient clipping."""
     huber_delta: float = 1.0
     """Huber loss threshold."""
-    target_update_period: int = 200
+    target_update_period: int = 100
     """SGD steps between target-network copies."""
     importance_exponent: float = 0.4
     """Beta of the importance-sampling weights (N * P(i)) ** -beta."""

@@ -33,7 +33,6 @@ from apex.replay.tables import make_tables
 from apex.replay.writer import TransitionWriter
 from apex.variables import StopRequested
 
-
 # A node still alive this long after a stop request prints every thread's stack
 # to its log before Launchpad's 10 s deadline kills it: a hang is never silent.
 STACK_DUMP_AFTER_STOP_SECONDS = 7.0
@@ -183,6 +182,7 @@ def make_program(config: ApexConfig, run_dir: str = "", start_time: float | None
 
     coordinator_node = lp.CourierNode(CoordinatorNode, config, run_dir, start_time, replay)
     coordinator = coordinator_node.create_handle()
+    coordinator.set_client_kwargs(call_timeout=5)  # reports never hang on a stopped coordinator
 
     learner_node = lp.CourierNode(LearnerNode, config, spec, replay, coordinator, run_dir)
     learner = learner_node.create_handle()

@@ -24,6 +24,7 @@ def small_config():
     c.replay.capacity = 5_000
     c.replay.min_size = 64
     c.replay.samples_per_insert = 4.0
+    c.replay.error_buffer = 1e7  # tests insert and sample by hand: no throttling
     c.learner.batch_size = 32
     c.learner.hidden_sizes = (16, 16)
     c.evaluation.episodes = 2

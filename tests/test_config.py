@@ -57,7 +57,7 @@ def test_min_size_above_capacity_is_refused_with_the_capacity_named():
 def test_error_buffer_smaller_than_a_batch_is_refused():
     c = ApexConfig()
     c.replay.error_buffer = 10.0
-    with pytest.raises(ConfigError, match=r"replay.error_buffer=10.0 .* >= 128"):
+    with pytest.raises(ConfigError, match=r"replay.error_buffer=10.0 .* >= 64"):
         validate(c)
 
 

@@ -22,6 +22,7 @@ class ProgramTest(absltest.TestCase):
         c.replay.capacity = 10_000
         c.replay.min_size = 100
         c.replay.samples_per_insert = 4.0
+        c.replay.error_buffer = 1e7  # the test samples by hand next to the stepped learner
         c.learner.batch_size = 32
         c.learner.hidden_sizes = (16, 16)
         c.evaluation.episodes = 2

@@ -19,21 +19,21 @@ def test_writer_inserts_one_item_per_transition_with_its_priority_and_provenance
     client = reverb.Client(f"localhost:{reverb_server.port}")
     eps = np.array([0.4, 0.1, 0.01, 0.001], np.float32)
     with TransitionWriter(client, actor_id=2, epsilons=eps, slot_offset=8) as w:
-        w.write(batch_of(40), np.linspace(1.0, 40.0, 40))
+        w.write(batch_of(80), np.linspace(1.0, 80.0, 80))  # above min_size (64): sampling allowed
     info = client.server_info()[TRANSITIONS_TABLE]
-    assert info.current_size == 40
-    samples = [s[0] for s in client.sample(TRANSITIONS_TABLE, num_samples=200, emit_timesteps=True)]
+    assert info.current_size == 80
+    samples = [s[0] for s in client.sample(TRANSITIONS_TABLE, num_samples=200, unpack_as_table_signature=True)]
     for s in samples:
         d = s.data
         row = int(d["obs"][0]) // 4
-        assert s.info.priority == np.linspace(1.0, 40.0, 40)[row]
+        assert s.info.priority == np.linspace(1.0, 80.0, 80)[row]
         assert int(d["actor"]) == 2 and int(d["slot"]) == 8 + row % 4
         assert float(d["epsilon"]) == eps[row % 4]
         assert int(d["version"]) == 3 and float(d["reward"]) == 2.5
         np.testing.assert_array_equal(d["next_obs"], d["obs"] + 1)
     # Higher priority is sampled more often (alpha = 0.6).
     rows = [int(s.data["obs"][0]) // 4 for s in samples]
-    assert np.mean(rows) > 19.5
+    assert np.mean(rows) > 39.5
 
 
 def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server, small_config):

@@ -55,6 +55,8 @@ class DQNLearner:
         self.first_step_time: float | None = None
         self._weights_cache: tuple[int, list[np.ndarray]] = (0, self._online.get_weights())
         self._weights_wanted = False
+        self._weights_cv = threading.Condition()
+        self._training = False
         self._last: dict[str, float] = {}
         self._lags: list[np.ndarray] = []
         self._ages: list[np.ndarray] = []
@@ -113,8 +115,10 @@ class DQNLearner:
         if self.steps % self._config.learner.target_update_period == 0:
             self._update_target()
         if self._weights_wanted:
-            self._weights_wanted = False
-            self._weights_cache = (self.steps, self._online.get_weights())
+            with self._weights_cv:
+                self._weights_cache = (self.steps, self._online.get_weights())
+                self._weights_wanted = False
+                self._weights_cv.notify_all()
         keys = out["keys"].numpy()
         prios = out["priorities"].numpy()
         self._updater.put(keys, prios)
@@ -147,6 +151,13 @@ class DQNLearner:
         self.close()
 
     def _train_loop(self, should_stop: Callable[[], bool]) -> None:
+        self._training = True
+        try:
+            self._train_steps(should_stop)
+        finally:
+            self._training = False
+
+    def _train_steps(self, should_stop: Callable[[], bool]) -> None:
         max_steps = self._config.stop.max_learner_steps
         period = self._config.logging.metrics_period_seconds
         last_t, last_steps = time.time(), self.steps
@@ -229,13 +240,23 @@ class DQNLearner:
 
     # ------------------------------------------------------------ variables
     def get_variables(self) -> tuple[int, list[np.ndarray], dict[str, float]]:
-        """(version, weights, info): version = SGD steps done; info has max_priority."""
-        # Weights are copied by the training thread right after a step (when
-        # asked), so this call never waits for a batch and never reads a
-        # half-applied update. The answer may be one step old.
-        self._weights_wanted = True
-        version, weights = self._weights_cache
-        return version, weights, {"max_priority": self._updater.max_priority}
+        """(version, weights, info): version = SGD steps done; info has max_priority.
+
+        While the SGD thread runs, the weights are copied by that thread right
+        after its next step (never half-applied); if no step completes within
+        0.5 s (the learner waits for data) they are read directly.
+        """
+        info = {"max_priority": self._updater.max_priority}
+        if self._training:
+            target = self.steps
+            with self._weights_cv:
+                self._weights_wanted = True
+                if self._weights_cv.wait_for(lambda: self._weights_cache[0] >= target, timeout=0.5):
+                    version, weights = self._weights_cache
+                    return version, weights, info
+        version, weights = self.steps, self._online.get_weights()
+        self._weights_cache = (version, weights)
+        return version, weights, info
 
     def close(self) -> None:
         self._updater.close()
