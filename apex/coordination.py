@@ -14,8 +14,15 @@ from apex.config import ApexConfig
 from apex.metrics import MetricsWriter
 
 SUMMARY_KEYS = (
-    "env_steps", "learner_steps", "wall_seconds", "first_learner_step_seconds", "env_steps_per_second",
-    "learner_steps_per_second", "samples_per_insert", "eval_return_mean", "solved_at_wall_seconds",
+    "env_steps",
+    "learner_steps",
+    "wall_seconds",
+    "first_learner_step_seconds",
+    "env_steps_per_second",
+    "learner_steps_per_second",
+    "samples_per_insert",
+    "eval_return_mean",
+    "solved_at_wall_seconds",
     "solved_at_env_steps",
 )
 
@@ -46,9 +53,16 @@ class Coordinator:
       stop_program: called once when a stop criterion is reached.
     """
 
-    def __init__(self, config: ApexConfig, run_dir: str, start_time: float, replay_client: Any = None,
-                 stop_program: Callable[[], None] | None = None, metrics: MetricsWriter | None = None,
-                 out: Any = None):
+    def __init__(
+        self,
+        config: ApexConfig,
+        run_dir: str,
+        start_time: float,
+        replay_client: Any = None,
+        stop_program: Callable[[], None] | None = None,
+        metrics: MetricsWriter | None = None,
+        out: Any = None,
+    ):
         self._config = config
         self._run_dir = run_dir
         self._start = float(start_time)
@@ -71,8 +85,14 @@ class Coordinator:
         self._summary_written = False
 
     # -------------------------------------------------------------- reports
-    def report_actor(self, actor_id: int, env_steps: int, episodes: int, returns: list[float],
-                     start_time: float | None = None) -> None:
+    def report_actor(
+        self,
+        actor_id: int,
+        env_steps: int,
+        episodes: int,
+        returns: list[float],
+        start_time: float | None = None,
+    ) -> None:
         with self._lock:
             if actor_id not in self._actor_start:
                 self._actor_start[actor_id] = start_time or time.time()
@@ -80,7 +100,9 @@ class Coordinator:
             self._actor_episodes[int(actor_id)] = int(episodes)
             self._recent_returns.extend(float(r) for r in returns)
 
-    def report_learner(self, steps: int, first_step_time: float | None, row: dict[str, Any]) -> None:
+    def report_learner(
+        self, steps: int, first_step_time: float | None, row: dict[str, Any]
+    ) -> None:
         with self._lock:
             self._learner_steps = int(steps)
             if first_step_time is not None and self._learner_first_step is None:
@@ -90,8 +112,13 @@ class Coordinator:
     def report_eval(self, return_mean: float, version: int, returns: list[float]) -> None:
         now = time.time()
         with self._lock:
-            self._eval = {"return_mean": float(return_mean), "version": int(version), "returns": list(returns),
-                          "time": now, "env_steps": self.env_steps}
+            self._eval = {
+                "return_mean": float(return_mean),
+                "version": int(version),
+                "returns": list(returns),
+                "time": now,
+                "env_steps": self.env_steps,
+            }
             if self._solved_at is None and return_mean >= self._config.evaluation.target_return:
                 self._solved_at = (now - self._start, self.env_steps)
 
@@ -102,9 +129,12 @@ class Coordinator:
 
     def get_counts(self) -> dict[str, Any]:
         with self._lock:
-            return {"env_steps": self.env_steps, "learner_steps": self._learner_steps,
-                    "episodes": sum(self._actor_episodes.values()),
-                    "eval_return_mean": None if self._eval is None else self._eval["return_mean"]}
+            return {
+                "env_steps": self.env_steps,
+                "learner_steps": self._learner_steps,
+                "episodes": sum(self._actor_episodes.values()),
+                "eval_return_mean": None if self._eval is None else self._eval["return_mean"],
+            }
 
     def _poll_replay(self) -> None:
         if self._replay is None:
@@ -118,7 +148,10 @@ class Coordinator:
             inserts = rl.insert_stats.completed
             samples = rl.sample_stats.completed
             self._replay_info = {
-                "size": table.current_size, "capacity": table.max_size, "inserts": inserts, "samples": samples,
+                "size": table.current_size,
+                "capacity": table.max_size,
+                "inserts": inserts,
+                "samples": samples,
                 "samples_per_insert": (samples / inserts) if inserts else 0.0,
                 "unique_samples": table.num_unique_samples,
             }
@@ -136,9 +169,13 @@ class Coordinator:
                 "episodes": sum(self._actor_episodes.values()),
                 "wall_seconds": now - self._start,
                 "first_learner_step_seconds": None if lfs is None else lfs - self._start,
-                "env_steps_per_second": env_steps / (now - first_act) if first_act and now > first_act else 0.0,
+                "env_steps_per_second": env_steps / (now - first_act)
+                if first_act and now > first_act
+                else 0.0,
                 "env_steps_per_second_since_launch": env_steps / max(1e-9, now - self._start),
-                "learner_steps_per_second": self._learner_steps / (now - lfs) if lfs and now > lfs else 0.0,
+                "learner_steps_per_second": self._learner_steps / (now - lfs)
+                if lfs and now > lfs
+                else 0.0,
                 "samples_per_insert": self._replay_info.get("samples_per_insert"),
                 "replay_size": self._replay_info.get("size"),
                 "replay_inserts": self._replay_info.get("inserts"),
@@ -181,10 +218,12 @@ class Coordinator:
     def progress_line(self, rates: dict[str, float]) -> str:
         r = self._replay_info
         ev = "-" if self._eval is None else f"{self._eval['return_mean']:.1f}"
-        return (f"[apex {time.time() - self._start:6.1f}s] env_steps {self.env_steps:,} "
-                f"({rates.get('env', 0.0):,.0f}/s) | learner_steps {self._learner_steps:,} "
-                f"({rates.get('learner', 0.0):.1f}/s) | replay {r.get('size', 0):,}/{r.get('capacity', 0):,} "
-                f"| samples/insert {r.get('samples_per_insert', 0.0):.2f} | eval_return {ev}")
+        return (
+            f"[apex {time.time() - self._start:6.1f}s] env_steps {self.env_steps:,} "
+            f"({rates.get('env', 0.0):,.0f}/s) | learner_steps {self._learner_steps:,} "
+            f"({rates.get('learner', 0.0):.1f}/s) | replay {r.get('size', 0):,}/{r.get('capacity', 0):,} "
+            f"| samples/insert {r.get('samples_per_insert', 0.0):.2f} | eval_return {ev}"
+        )
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         lc = self._config.logging
@@ -197,7 +236,10 @@ class Coordinator:
             if now - last_metrics >= lc.metrics_period_seconds:
                 self._poll_replay()
                 dt = now - last_metrics
-                rates = {"env": (self.env_steps - last_env) / dt, "learner": (self._learner_steps - last_learner) / dt}
+                rates = {
+                    "env": (self.env_steps - last_env) / dt,
+                    "learner": (self._learner_steps - last_learner) / dt,
+                }
                 last_env, last_learner, last_metrics = self.env_steps, self._learner_steps, now
                 self._write_metrics(rates)
                 self._write_state()
@@ -209,8 +251,12 @@ class Coordinator:
                 self.stop_reason = reason
                 self._poll_replay()
                 s = self.write_summary()
-                print(f"[apex] stopping: {reason}; summary: "
-                      + json.dumps({k: s[k] for k in SUMMARY_KEYS}), file=self._out, flush=True)
+                print(
+                    f"[apex] stopping: {reason}; summary: "
+                    + json.dumps({k: s[k] for k in SUMMARY_KEYS}),
+                    file=self._out,
+                    flush=True,
+                )
                 if self._stop_program is not None:
                     self._stop_program()
                 return
@@ -222,14 +268,21 @@ class Coordinator:
         if self._metrics is None:
             return
         r = self._replay_info
-        row = {"coordinator/env_steps": self.env_steps, "coordinator/learner_steps": self._learner_steps,
-               "coordinator/env_steps_per_second": rates.get("env"),
-               "coordinator/learner_steps_per_second": rates.get("learner"),
-               "replay/size": r.get("size"), "replay/inserts": r.get("inserts"), "replay/samples": r.get("samples"),
-               "replay/samples_per_insert": r.get("samples_per_insert"),
-               "replay/unique_samples": r.get("unique_samples")}
+        row = {
+            "coordinator/env_steps": self.env_steps,
+            "coordinator/learner_steps": self._learner_steps,
+            "coordinator/env_steps_per_second": rates.get("env"),
+            "coordinator/learner_steps_per_second": rates.get("learner"),
+            "replay/size": r.get("size"),
+            "replay/inserts": r.get("inserts"),
+            "replay/samples": r.get("samples"),
+            "replay/samples_per_insert": r.get("samples_per_insert"),
+            "replay/unique_samples": r.get("unique_samples"),
+        }
         with self._lock:
             if self._recent_returns:
-                row["coordinator/episode_return_mean"] = sum(self._recent_returns) / len(self._recent_returns)
+                row["coordinator/episode_return_mean"] = sum(self._recent_returns) / len(
+                    self._recent_returns
+                )
                 self._recent_returns = []
         self._metrics.write(row)

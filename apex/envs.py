@@ -29,13 +29,21 @@ def make_env(config: EnvConfig, seed: int | None = None) -> gym.Env:
         env = gym.make(config.id, **kwargs)
     except gym.error.Error as err:
         known = sorted(k for k in gym.registry if "/" not in k)[:12]
-        raise ConfigError("env.id", config.id, f"a registered Gymnasium id (e.g. {', '.join(known)}, ...): {err}") from None
+        raise ConfigError(
+            "env.id", config.id, f"a registered Gymnasium id (e.g. {', '.join(known)}, ...): {err}"
+        ) from None
     if not isinstance(env.action_space, gym.spaces.Discrete):
         env.close()
-        raise ConfigError("env.id", config.id, f"an env with a Discrete action space for a DQN agent, not {env.action_space}")
+        raise ConfigError(
+            "env.id",
+            config.id,
+            f"an env with a Discrete action space for a DQN agent, not {env.action_space}",
+        )
     if not isinstance(env.observation_space, gym.spaces.Box):
         env.close()
-        raise ConfigError("env.id", config.id, f"an env with a Box observation space, not {env.observation_space}")
+        raise ConfigError(
+            "env.id", config.id, f"an env with a Box observation space, not {env.observation_space}"
+        )
     if seed is not None:
         env.action_space.seed(seed)
     return env

@@ -22,4 +22,3 @@ class ConfigError(ApexError, ValueError):
         self.value = value
         self.valid = valid
         super().__init__(f"{field}={value!r} is invalid: expected {valid}")
-

@@ -14,7 +14,9 @@ from apex.envs import make_env, to_observation
 from apex.metrics import MetricsWriter
 
 
-def evaluate(config: ApexConfig, weights: list[np.ndarray], episodes: int, epsilon: float, seed: int) -> np.ndarray:
+def evaluate(
+    config: ApexConfig, weights: list[np.ndarray], episodes: int, epsilon: float, seed: int
+) -> np.ndarray:
     """Returns of `episodes` episodes run side by side with one batched forward pass per step."""
     envs = [make_env(config.env) for _ in range(episodes)]
     rng = np.random.default_rng(seed)
@@ -45,8 +47,13 @@ def evaluate(config: ApexConfig, weights: list[np.ndarray], episodes: int, epsil
 class Evaluator:
     """Every evaluation.period_seconds: pull the latest weights, run greedy episodes, report."""
 
-    def __init__(self, config: ApexConfig, variable_source: Any, coordinator: Any = None,
-                 metrics: MetricsWriter | None = None):
+    def __init__(
+        self,
+        config: ApexConfig,
+        variable_source: Any,
+        coordinator: Any = None,
+        metrics: MetricsWriter | None = None,
+    ):
         self._config = config
         self._source = variable_source
         self._coordinator = coordinator
@@ -58,16 +65,28 @@ class Evaluator:
         ec = self._config.evaluation
         version, weights, _ = self._source.get_variables()
         t0 = time.time()
-        returns = evaluate(self._config, [np.asarray(w) for w in weights], ec.episodes, ec.epsilon,
-                           seed=self._config.seed + 10_000_000 + 1000 * self.evaluations)
+        returns = evaluate(
+            self._config,
+            [np.asarray(w) for w in weights],
+            ec.episodes,
+            ec.epsilon,
+            seed=self._config.seed + 10_000_000 + 1000 * self.evaluations,
+        )
         self.evaluations += 1
-        row = {"evaluator/return_mean": float(returns.mean()), "evaluator/return_min": float(returns.min()),
-               "evaluator/return_max": float(returns.max()), "evaluator/param_version": int(version),
-               "evaluator/seconds": time.time() - t0, "evaluator/evaluations": self.evaluations}
+        row = {
+            "evaluator/return_mean": float(returns.mean()),
+            "evaluator/return_min": float(returns.min()),
+            "evaluator/return_max": float(returns.max()),
+            "evaluator/param_version": int(version),
+            "evaluator/seconds": time.time() - t0,
+            "evaluator/evaluations": self.evaluations,
+        }
         if self._metrics is not None:
             self._metrics.write(row)
         if self._coordinator is not None:
-            self._coordinator.report_eval(float(returns.mean()), int(version), [float(x) for x in returns])
+            self._coordinator.report_eval(
+                float(returns.mean()), int(version), [float(x) for x in returns]
+            )
         return row
 
     def run(self, should_stop: Callable[[], bool]) -> None:

@@ -23,7 +23,9 @@ def apex_epsilons(num_slots: int, base: float = 0.4, alpha: float = 7.0) -> np.n
     return base ** (1.0 + alpha * i / (num_slots - 1))
 
 
-def slot_epsilons(actor_id: int, envs_per_actor: int, num_actors: int, base: float, alpha: float) -> np.ndarray:
+def slot_epsilons(
+    actor_id: int, envs_per_actor: int, num_actors: int, base: float, alpha: float
+) -> np.ndarray:
     """The epsilons of one actor's env slots."""
     ladder = apex_epsilons(num_actors * envs_per_actor, base, alpha)
     return ladder[actor_id * envs_per_actor : (actor_id + 1) * envs_per_actor]

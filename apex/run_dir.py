@@ -14,8 +14,20 @@ from apex.config import to_dict
 from apex.coordination import write_json_atomic
 from apex.errors import ConfigError
 
-PACKAGES = ("apex", "tensorflow-cpu", "tensorflow", "dm-reverb", "dm-launchpad", "dm-acme", "gymnasium", "numpy",
-            "protobuf", "absl-py", "jax", "ale-py")
+PACKAGES = (
+    "apex",
+    "tensorflow-cpu",
+    "tensorflow",
+    "dm-reverb",
+    "dm-launchpad",
+    "dm-acme",
+    "gymnasium",
+    "numpy",
+    "protobuf",
+    "absl-py",
+    "jax",
+    "ale-py",
+)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -32,11 +44,18 @@ def git_commit(path: str | None = None) -> str | None:
     """HEAD of the git checkout holding `path` (None outside git), '+dirty' if modified."""
     cwd = path or os.path.dirname(os.path.abspath(__file__))
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -61,9 +80,18 @@ def prepare_run_dir(run_dir: str, config: Any, argv: list[str] | None = None) ->
             f.write("ok")
         os.remove(probe)
     except OSError as err:
-        raise ConfigError("run_dir", run_dir, f"a directory that can be created and written ({err.strerror})") from None
+        raise ConfigError(
+            "run_dir", run_dir, f"a directory that can be created and written ({err.strerror})"
+        ) from None
     write_json_atomic(os.path.join(path, "config.json"), to_dict(config))
-    write_json_atomic(os.path.join(path, "versions.json"), {
-        "packages": package_versions(), "git_commit": git_commit(), "argv": argv or sys.argv,
-        "platform": platform.platform(), "cpu_count": os.cpu_count()})
+    write_json_atomic(
+        os.path.join(path, "versions.json"),
+        {
+            "packages": package_versions(),
+            "git_commit": git_commit(),
+            "argv": argv or sys.argv,
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+        },
+    )
     return path

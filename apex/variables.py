@@ -23,8 +23,13 @@ class VariableClient:
     in at the first `maybe_update` after it arrives.
     """
 
-    def __init__(self, source: Any, update_period: int, timeout: float = 600.0,
-                 should_stop: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        source: Any,
+        update_period: int,
+        timeout: float = 600.0,
+        should_stop: Callable[[], bool] | None = None,
+    ):
         self._source = source
         self._period = int(update_period)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -57,7 +62,9 @@ class VariableClient:
         if futures is not None:
             return futures.get_variables()
         if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="variable-client")
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="variable-client"
+            )
         return self._executor.submit(self._source.get_variables)
 
     def maybe_update(self, env_steps: int) -> bool:

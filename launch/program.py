@@ -42,7 +42,8 @@ def _stop_requested():
     event = lp.stop_event()
     if sys.argv and sys.argv[0].endswith("process_entry.py"):  # a local_mp node process of its own
         lp.register_stop_handler(
-            lambda: faulthandler.dump_traceback_later(STACK_DUMP_AFTER_STOP_SECONDS, exit=False))
+            lambda: faulthandler.dump_traceback_later(STACK_DUMP_AFTER_STOP_SECONDS, exit=False)
+        )
     return event.is_set
 
 
@@ -72,8 +73,13 @@ class LearnerNode:
 
     def __init__(self, config: ApexConfig, spec: EnvSpec, replay, coordinator, run_dir: str):
         _quiet_logs()
-        self._learner = DQNLearner(config, spec, replay.server_address, coordinator=coordinator,
-                                   metrics=MetricsWriter(run_dir, "learner"))
+        self._learner = DQNLearner(
+            config,
+            spec,
+            replay.server_address,
+            coordinator=coordinator,
+            metrics=MetricsWriter(run_dir, "learner"),
+        )
 
     def run(self) -> None:
         self._learner.run(_stop_requested())
@@ -98,7 +104,9 @@ class LearnerNode:
 
 
 class ActorNode:
-    def __init__(self, config: ApexConfig, actor_id: int, replay, learner, coordinator, run_dir: str):
+    def __init__(
+        self, config: ApexConfig, actor_id: int, replay, learner, coordinator, run_dir: str
+    ):
         _quiet_logs()
         self._config = config
         self._actor_id = actor_id
@@ -110,13 +118,23 @@ class ActorNode:
     def run(self) -> None:
         c = self._config
         e = c.actor.envs_per_actor
-        eps = slot_epsilons(self._actor_id, e, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha)
+        eps = slot_epsilons(
+            self._actor_id, e, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha
+        )
         should_stop = _stop_requested()
-        with TransitionWriter(self._replay, self._actor_id, eps, slot_offset=self._actor_id * e) as writer:
+        with TransitionWriter(
+            self._replay, self._actor_id, eps, slot_offset=self._actor_id * e
+        ) as writer:
             try:
-                actor = VectorActor(c, self._actor_id, self._learner, writer, coordinator=self._coordinator,
-                                    metrics=MetricsWriter(self._run_dir, f"actor_{self._actor_id}"),
-                                    should_stop=should_stop)
+                actor = VectorActor(
+                    c,
+                    self._actor_id,
+                    self._learner,
+                    writer,
+                    coordinator=self._coordinator,
+                    metrics=MetricsWriter(self._run_dir, f"actor_{self._actor_id}"),
+                    should_stop=should_stop,
+                )
             except StopRequested:
                 return
             try:
@@ -132,8 +150,9 @@ class ActorNode:
 class EvaluatorNode:
     def __init__(self, config: ApexConfig, learner, coordinator, run_dir: str):
         _quiet_logs()
-        self._evaluator = Evaluator(config, learner, coordinator=coordinator,
-                                    metrics=MetricsWriter(run_dir, "evaluator"))
+        self._evaluator = Evaluator(
+            config, learner, coordinator=coordinator, metrics=MetricsWriter(run_dir, "evaluator")
+        )
 
     def run(self) -> None:
         self._evaluator.run(_stop_requested())
@@ -142,8 +161,14 @@ class EvaluatorNode:
 class CoordinatorNode:
     def __init__(self, config: ApexConfig, run_dir: str, start_time: float, replay):
         _quiet_logs()
-        self._coordinator = Coordinator(config, run_dir, start_time, replay_client=replay, stop_program=lp.stop,
-                                        metrics=MetricsWriter(run_dir, "coordinator"))
+        self._coordinator = Coordinator(
+            config,
+            run_dir,
+            start_time,
+            replay_client=replay,
+            stop_program=lp.stop,
+            metrics=MetricsWriter(run_dir, "coordinator"),
+        )
 
     def run(self) -> None:
         self._coordinator.run(_stop_requested())
@@ -164,7 +189,9 @@ class CoordinatorNode:
         return self._coordinator.summary()
 
 
-def make_program(config: ApexConfig, run_dir: str = "", start_time: float | None = None) -> lp.Program:
+def make_program(
+    config: ApexConfig, run_dir: str = "", start_time: float | None = None
+) -> lp.Program:
     """Builds the Launchpad program of `config` (validated first).
 
     Args:
@@ -200,13 +227,16 @@ def make_program(config: ApexConfig, run_dir: str = "", start_time: float | None
     evaluator_node = lp.CourierNode(EvaluatorNode, config, learner, coordinator, run_dir)
     # The coordinator and the evaluator are light: one process for both saves a
     # TensorFlow import (~5 s of CPU) at start-up.
-    program.add_node(lp.MultiThreadingColocation([coordinator_node, evaluator_node]), label="coordinator")
+    program.add_node(
+        lp.MultiThreadingColocation([coordinator_node, evaluator_node]), label="coordinator"
+    )
 
     with program.group("actor"):
         for i in range(config.actor.num_actors):
-            program.add_node(lp.CourierNode(ActorNode, config, i, replay, learner, coordinator, run_dir))
+            program.add_node(
+                lp.CourierNode(ActorNode, config, i, replay, learner, coordinator, run_dir)
+            )
     return program
-
 
 
 def find_nodes(program: lp.Program, node_class: type) -> list:

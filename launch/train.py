@@ -32,8 +32,12 @@ from apex.coordination import SUMMARY_KEYS, write_json_atomic  # noqa: E402
 from apex.errors import ConfigError  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", None, "Path of a config file with get_config().")
-_TERMINAL = flags.DEFINE_enum("terminal", "current_terminal", ["current_terminal", "output_to_files"],
-                              "Where local_mp node output goes (output_to_files: $LAUNCHPAD_LOGGING_DIR).")
+_TERMINAL = flags.DEFINE_enum(
+    "terminal",
+    "current_terminal",
+    ["current_terminal", "output_to_files"],
+    "Where local_mp node output goes (output_to_files: $LAUNCHPAD_LOGGING_DIR).",
+)
 
 _OVERRIDES: list[tuple[str, str]] = []
 
@@ -43,9 +47,11 @@ def parse_argv(argv: list[str]) -> list[str]:
     rest = []
     for arg in argv:
         if arg.startswith("--config."):
-            path, sep, value = arg[len("--config."):].partition("=")
+            path, sep, value = arg[len("--config.") :].partition("=")
             if not sep:
-                raise ConfigError(f"config.{path}", arg, "the form --config.<section>.<field>=<value>")
+                raise ConfigError(
+                    f"config.{path}", arg, "the form --config.<section>.<field>=<value>"
+                )
             _OVERRIDES.append((path, value))
         else:
             rest.append(arg)
@@ -97,10 +103,15 @@ def main(argv: list[str]) -> int:
 
     program = make_program(config, run_dir=run_dir, start_time=start_time)
     # Launchpad's own default is local_mt; apex's is one process per node.
-    launch_type = flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
+    launch_type = (
+        flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
+    )
     print(f"[apex] run_dir: {run_dir}", flush=True)
-    print(f"[apex] launching {launch_type}: {config.actor.num_actors} actors x {config.actor.envs_per_actor} envs "
-          f"on {config.env.id}", flush=True)
+    print(
+        f"[apex] launching {launch_type}: {config.actor.num_actors} actors x {config.actor.envs_per_actor} envs "
+        f"on {config.env.id}",
+        flush=True,
+    )
     if launch_type == "local_mp":
         os.environ.setdefault("LAUNCHPAD_LOGGING_DIR", os.path.join(run_dir, "logs"))
         manager = lp.launch(program, launch_type=launch_type, terminal=_TERMINAL.value)
@@ -114,7 +125,9 @@ def main(argv: list[str]) -> int:
         failed = err
     summary = _finalize_summary(run_dir, "node failed" if failed else "stopped")
     if summary is not None:
-        print("[apex] summary: " + json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}), flush=True)
+        print(
+            "[apex] summary: " + json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}), flush=True
+        )
     print(f"[apex] summary.json: {os.path.join(run_dir, 'summary.json')}", flush=True)
     if failed is not None:
         print(f"[apex] a node failed: {failed}", file=sys.stderr, flush=True)

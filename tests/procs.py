@@ -20,9 +20,21 @@ def start_train(run_dir: str, *overrides: str) -> tuple[subprocess.Popen, str]:
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.train", "--config=configs/apex_cartpole.py", f"--config.run_dir={run_dir}",
-         "--config.logging.progress_period_seconds=2", *overrides],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--config=configs/apex_cartpole.py",
+            f"--config.run_dir={run_dir}",
+            "--config.logging.progress_period_seconds=2",
+            *overrides,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return proc, token
 
 
@@ -60,3 +72,15 @@ def kill_tree(proc: subprocess.Popen, token: str) -> None:
         except psutil.NoSuchProcess:
             pass
     proc.kill()
+
+
+def run_train(run_dir: str, *overrides: str, timeout: float) -> tuple[str, dict, str]:
+    """Runs the entry point to completion; asserts exit 0; returns (output, summary, token)."""
+    proc, token = start_train(run_dir, *overrides)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 0, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return out, json.load(f), token

@@ -39,12 +39,18 @@ def test_actor_writes_nstep_items_with_actor_td_priorities_and_provenance(small_
     items = sum(len(p) for _, p in writer.batches)
     assert items == actor.items_written
     # Every env step eventually becomes exactly one transition: at most n-1 pending per slot.
-    assert actor.env_steps - items <= small_config.actor.envs_per_actor * (small_config.replay.n_step - 1)
+    assert actor.env_steps - items <= small_config.actor.envs_per_actor * (
+        small_config.replay.n_step - 1
+    )
     for batch, prios in writer.batches:
-        np.testing.assert_allclose(prios, np.abs(batch["td"]) + small_config.replay.priority_epsilon, rtol=1e-5)
+        np.testing.assert_allclose(
+            prios, np.abs(batch["td"]) + small_config.replay.priority_epsilon, rtol=1e-5
+        )
         assert set(batch["slot"].tolist()) <= set(range(small_config.actor.envs_per_actor))
         allowed = np.array([0.0, 0.99, 0.99**2, 0.99**3])
-        assert np.all(np.isclose(batch["discount"][:, None], allowed[None, :], atol=1e-6).any(axis=1))
+        assert np.all(
+            np.isclose(batch["discount"][:, None], allowed[None, :], atol=1e-6).any(axis=1)
+        )
     assert actor.episodes > 0
 
 
@@ -80,5 +86,7 @@ def test_actor_pulls_new_parameters_without_stalling_and_records_versions(small_
 
 def test_actor_uses_its_slice_of_the_epsilon_ladder(small_config):
     small_config.actor.num_actors = 3
-    actor = VectorActor(small_config, 1, VersionedSource(small_config.learner.hidden_sizes), RecordingWriter())
+    actor = VectorActor(
+        small_config, 1, VersionedSource(small_config.learner.hidden_sizes), RecordingWriter()
+    )
     np.testing.assert_array_equal(actor.epsilons, slot_epsilons(1, 4, 3, 0.4, 7.0))

@@ -23,21 +23,24 @@ def test_default_and_shipped_configs_are_valid():
     validate(load_config_file(os.path.join(ROOT, "configs", "apex_cartpole.py")))
 
 
-@pytest.mark.parametrize("path,value,fragment", [
-    ("replay.capacity", "0", "replay.capacity=0 is invalid: expected an integer >= 1"),
-    ("replay.min_size", "-5", "replay.min_size=-5"),
-    ("replay.priority_exponent", "1.5", "a number in [0, 1]"),
-    ("replay.insert_priority", "loudest", "one of ['actor_td', 'max_seen', 'constant']"),
-    ("replay.n_step", "0", "replay.n_step=0"),
-    ("replay.discount", "1.2", "replay.discount=1.2"),
-    ("actor.num_actors", "0", "actor.num_actors=0"),
-    ("actor.envs_per_actor", "-1", "actor.envs_per_actor=-1"),
-    ("learner.batch_size", "0", "learner.batch_size=0"),
-    ("learner.learning_rate", "0", "learner.learning_rate=0.0"),
-    ("learner.hidden_sizes", "()", "learner.hidden_sizes=()"),
-    ("evaluation.episodes", "0", "evaluation.episodes=0"),
-    ("stop.max_wall_seconds", "-1", "stop.max_wall_seconds=-1.0"),
-])
+@pytest.mark.parametrize(
+    "path,value,fragment",
+    [
+        ("replay.capacity", "0", "replay.capacity=0 is invalid: expected an integer >= 1"),
+        ("replay.min_size", "-5", "replay.min_size=-5"),
+        ("replay.priority_exponent", "1.5", "a number in [0, 1]"),
+        ("replay.insert_priority", "loudest", "one of ['actor_td', 'max_seen', 'constant']"),
+        ("replay.n_step", "0", "replay.n_step=0"),
+        ("replay.discount", "1.2", "replay.discount=1.2"),
+        ("actor.num_actors", "0", "actor.num_actors=0"),
+        ("actor.envs_per_actor", "-1", "actor.envs_per_actor=-1"),
+        ("learner.batch_size", "0", "learner.batch_size=0"),
+        ("learner.learning_rate", "0", "learner.learning_rate=0.0"),
+        ("learner.hidden_sizes", "()", "learner.hidden_sizes=()"),
+        ("evaluation.episodes", "0", "evaluation.episodes=0"),
+        ("stop.max_wall_seconds", "-1", "stop.max_wall_seconds=-1.0"),
+    ],
+)
 def test_invalid_values_name_field_value_and_what_is_valid(path, value, fragment):
     c = ApexConfig()
     apply_override(c, path, value)
@@ -50,7 +53,9 @@ def test_invalid_values_name_field_value_and_what_is_valid(path, value, fragment
 def test_min_size_above_capacity_is_refused_with_the_capacity_named():
     c = ApexConfig()
     c.replay.capacity, c.replay.min_size = 100, 1000
-    with pytest.raises(ConfigError, match=r"replay.min_size=1000 .* at most replay.capacity \(100\)"):
+    with pytest.raises(
+        ConfigError, match=r"replay.min_size=1000 .* at most replay.capacity \(100\)"
+    ):
         validate(c)
 
 
@@ -84,14 +89,21 @@ def test_overrides_parse_by_field_type():
     assert c.stop.max_learner_steps is None and c.replay.error_buffer == 500.0
 
 
-@pytest.mark.parametrize("path,value,fragment", [
-    ("actor.num_actorz", "3", "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, num_actors"),
-    ("actr.num_actors", "3", "the config has: actor, env, evaluation"),
-    ("actor", "3", "is a section with"),
-    ("actor.num_actors", "many", "actor.num_actors='many' is invalid: expected an integer"),
-    ("stop.when_solved", "maybe", "a boolean"),
-    ("learner.hidden_sizes", "[[", "a tuple literal"),
-])
+@pytest.mark.parametrize(
+    "path,value,fragment",
+    [
+        (
+            "actor.num_actorz",
+            "3",
+            "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, num_actors",
+        ),
+        ("actr.num_actors", "3", "the config has: actor, env, evaluation"),
+        ("actor", "3", "is a section with"),
+        ("actor.num_actors", "many", "actor.num_actors='many' is invalid: expected an integer"),
+        ("stop.when_solved", "maybe", "a boolean"),
+        ("learner.hidden_sizes", "[[", "a tuple literal"),
+    ],
+)
 def test_malformed_overrides_are_refused_by_name(path, value, fragment):
     with pytest.raises(ConfigError) as err:
         apply_override(ApexConfig(), path, value)
@@ -104,15 +116,29 @@ def test_missing_config_file_is_refused():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("args,fragment", [
-    (["--config.replay.capacity=0"], "replay.capacity=0 is invalid"),
-    (["--config.env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is invalid: expected a registered Gymnasium id"),
-    (["--config.env.id=Pendulum-v1"], "Discrete action space"),
-    (["--config.run_dir=/proc/apex-cannot-write-here"], "run_dir='/proc/apex-cannot-write-here' is invalid"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--config.replay.capacity=0"], "replay.capacity=0 is invalid"),
+        (
+            ["--config.env.id=NoSuchEnv-v0"],
+            "env.id='NoSuchEnv-v0' is invalid: expected a registered Gymnasium id",
+        ),
+        (["--config.env.id=Pendulum-v1"], "Discrete action space"),
+        (
+            ["--config.run_dir=/proc/apex-cannot-write-here"],
+            "run_dir='/proc/apex-cannot-write-here' is invalid",
+        ),
+    ],
+)
 def test_entry_point_refuses_bad_input_before_launch(args, fragment, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "launch.train", "--config=configs/apex_cartpole.py", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=110)
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.train", "--config=configs/apex_cartpole.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
     assert proc.returncode == 2
     assert fragment in proc.stderr
     assert "Traceback" not in proc.stderr

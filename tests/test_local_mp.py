@@ -8,13 +8,29 @@ import time
 
 import pytest
 
-from tests.procs import ROOT, kill_tree, processes_with_token, start_train, wait_for_state
+from tests.procs import (
+    ROOT,
+    kill_tree,
+    processes_with_token,
+    run_train,
+    start_train,
+    wait_for_state,
+)
 
 pytestmark = pytest.mark.integration
 
-SUMMARY_KEYS = ["env_steps", "learner_steps", "wall_seconds", "first_learner_step_seconds", "env_steps_per_second",
-                "learner_steps_per_second", "samples_per_insert", "eval_return_mean", "solved_at_wall_seconds",
-                "solved_at_env_steps"]
+SUMMARY_KEYS = [
+    "env_steps",
+    "learner_steps",
+    "wall_seconds",
+    "first_learner_step_seconds",
+    "env_steps_per_second",
+    "learner_steps_per_second",
+    "samples_per_insert",
+    "eval_return_mean",
+    "solved_at_wall_seconds",
+    "solved_at_env_steps",
+]
 
 
 def read(path):
@@ -25,14 +41,13 @@ def read(path):
 @pytest.mark.timeout(240)
 def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
     run_dir = str(tmp_path / "run")
-    proc, token = start_train(run_dir, "--config.stop.max_wall_seconds=30", "--config.stop.max_actor_steps=None",
-                              "--config.replay.min_size=500")
-    try:
-        out, _ = proc.communicate(timeout=200)
-    finally:
-        kill_tree(proc, token)
-    assert proc.returncode == 0, out[-3000:]
-    s = read(os.path.join(run_dir, "summary.json"))
+    out, s, token = run_train(
+        run_dir,
+        "--config.stop.max_wall_seconds=30",
+        "--config.stop.max_actor_steps=None",
+        "--config.replay.min_size=500",
+        timeout=200,
+    )
     for key in SUMMARY_KEYS:
         assert key in s
     assert s["stop_reason"] == "max_wall_seconds"
@@ -52,7 +67,9 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
         first = json.loads(open(path).readline())
         assert all(k == "time" or "/" in k for k in first), first
     # Every metric key the run wrote is documented.
-    documented = set(re.findall(r"`([a-z_]+/[a-z0-9_]+)`", open(os.path.join(ROOT, "docs", "metrics.md")).read()))
+    documented = set(
+        re.findall(r"`([a-z_]+/[a-z0-9_]+)`", open(os.path.join(ROOT, "docs", "metrics.md")).read())
+    )
     written = set()
     for name in os.listdir(os.path.join(run_dir, "metrics")):
         for line in open(os.path.join(run_dir, "metrics", name)):
@@ -69,10 +86,14 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_every_process_within_30s_and_writes_summary(tmp_path, sig):
     run_dir = str(tmp_path / "run")
-    proc, token = start_train(run_dir, "--config.stop.max_wall_seconds=600", "--config.replay.min_size=500")
+    proc, token = start_train(
+        run_dir, "--config.stop.max_wall_seconds=600", "--config.replay.min_size=500"
+    )
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 0, timeout=150)
-        assert len(processes_with_token(token)) >= 4  # launcher + learner/replay + coordinator + actors
+        assert (
+            len(processes_with_token(token)) >= 4
+        )  # launcher + learner/replay + coordinator + actors
         t0 = time.time()
         proc.send_signal(sig)
         proc.communicate(timeout=60)
@@ -86,3 +107,18 @@ def test_signal_stops_every_process_within_30s_and_writes_summary(tmp_path, sig)
     assert elapsed < 30
     s = read(os.path.join(run_dir, "summary.json"))
     assert s["learner_steps"] > 0 and s["stop_reason"] in ("stopped", "node failed")
+
+
+@pytest.mark.timeout(180)
+def test_local_mt_launch_type_runs_the_same_program_in_threads(tmp_path):
+    run_dir = str(tmp_path / "run")
+    out, s, token = run_train(
+        run_dir,
+        "--lp_launch_type=local_mt",
+        "--config.stop.max_wall_seconds=15",
+        "--config.replay.min_size=500",
+        timeout=150,
+    )
+    assert "launching local_mt" in out
+    assert s["stop_reason"] == "max_wall_seconds" and s["learner_steps"] > 0 and s["env_steps"] > 0
+    assert processes_with_token(token) == []

@@ -13,8 +13,9 @@ from apex.agents.dqn.optim import Adam
 def test_numpy_forward_equals_tf_forward(dueling):
     net = QNetwork(4, 3, (16, 8), dueling=dueling, seed=3)
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    np.testing.assert_allclose(numpy_q_values(net.get_weights(), obs, dueling), net(obs).numpy(), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        numpy_q_values(net.get_weights(), obs, dueling), net(obs).numpy(), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_double_q_td_uses_online_argmax_and_target_value():

@@ -38,8 +38,15 @@ def drive(slot_episodes, n, gamma, next_value_of=lambda o: 0.01 * o, q_of=lambda
         for ep in eps:
             for t in range(len(ep["rewards"])):
                 last = t == len(ep["rewards"]) - 1
-                steps.append((ep["obs"][t], ep["rewards"][t], last and ep["end"] == "terminated",
-                              last and ep["end"] == "truncated", ep["obs"][t + 1]))
+                steps.append(
+                    (
+                        ep["obs"][t],
+                        ep["rewards"][t],
+                        last and ep["end"] == "terminated",
+                        last and ep["end"] == "truncated",
+                        ep["obs"][t + 1],
+                    )
+                )
         streams.append(steps)
     horizon = len(streams[0])
     assert all(len(s) == horizon for s in streams), "scripts of all slots must have equal length"
@@ -47,21 +54,39 @@ def drive(slot_episodes, n, gamma, next_value_of=lambda o: 0.01 * o, q_of=lambda
     for i in range(horizon):
         rows = [s[i] for s in streams]
         obs = np.array([[r[0]] for r in rows], np.float32)
-        out = acc.add(obs, np.zeros(num, int), np.array([q_of(r[0]) for r in rows]), np.full(num, 7),
-                      np.array([r[1] for r in rows]), np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
-                      np.array([[r[4]] for r in rows], np.float32), np.array([next_value_of(r[4]) for r in rows]))
+        out = acc.add(
+            obs,
+            np.zeros(num, int),
+            np.array([q_of(r[0]) for r in rows]),
+            np.full(num, 7),
+            np.array([r[1] for r in rows]),
+            np.array([r[2] for r in rows]),
+            np.array([r[3] for r in rows]),
+            np.array([[r[4]] for r in rows], np.float32),
+            np.array([next_value_of(r[4]) for r in rows]),
+        )
         if out is None:
             continue
         for j in range(len(out["reward"])):
             key = int(out["obs"][j][0])
             assert key not in got, f"transition from obs {key} emitted twice"
-            got[key] = (float(out["reward"][j]), float(out["discount"][j]), int(out["next_obs"][j][0]),
-                        int(out["slot"][j]), float(out["td"][j]), int(out["version"][j]))
+            got[key] = (
+                float(out["reward"][j]),
+                float(out["discount"][j]),
+                int(out["next_obs"][j][0]),
+                int(out["slot"][j]),
+                float(out["td"][j]),
+                int(out["version"][j]),
+            )
     return got
 
 
 def episode(first_id, rewards, end):
-    return {"obs": list(range(first_id, first_id + len(rewards) + 1)), "rewards": list(rewards), "end": end}
+    return {
+        "obs": list(range(first_id, first_id + len(rewards) + 1)),
+        "rewards": list(rewards),
+        "end": end,
+    }
 
 
 def check(slot_episodes, n):
@@ -96,7 +121,15 @@ def test_truncated_episode_bootstraps_from_the_final_observation(n):
 
 @pytest.mark.parametrize("length", [1, 2])
 def test_episode_shorter_than_n_emits_one_transition_per_step(length):
-    got = check([[episode(300, [1.0] * length, "terminated"), episode(400, [2.0] * (8 - length), "terminated")]], 3)
+    got = check(
+        [
+            [
+                episode(300, [1.0] * length, "terminated"),
+                episode(400, [2.0] * (8 - length), "terminated"),
+            ]
+        ],
+        3,
+    )
     assert {k for k in got if 300 <= k < 400} == set(range(300, 300 + length))
 
 
@@ -111,8 +144,11 @@ def test_vector_slots_that_reset_at_different_times():
         [episode(1000, [1.0] * 3, "terminated"), episode(1100, [2.0] * 9, "truncated")],
         [episode(2000, [0.5] * 7, "truncated"), episode(2100, [1.0] * 5, "terminated")],
         [episode(3000, [1.0] * 12, None)],  # still running at the end
-        [episode(4000, [1.0] * 1, "terminated"), episode(4100, [3.0] * 2, "terminated"),
-         episode(4200, [1.0] * 9, None)],
+        [
+            episode(4000, [1.0] * 1, "terminated"),
+            episode(4100, [3.0] * 2, "terminated"),
+            episode(4200, [1.0] * 9, None),
+        ],
     ]
     got = check(slots, 3)
     assert {g[3] for k, g in got.items() if k // 1000 == 2} == {1}  # slot ids are kept
@@ -120,6 +156,8 @@ def test_vector_slots_that_reset_at_different_times():
 
 def test_episode_that_is_both_terminated_and_truncated_does_not_bootstrap():
     acc = NStepAccumulator(1, 3, GAMMA)
-    out = acc.add(np.zeros((1, 1)), [0], [0.0], [0], [1.0], [True], [True], np.ones((1, 1)), [100.0])
+    out = acc.add(
+        np.zeros((1, 1)), [0], [0.0], [0], [1.0], [True], [True], np.ones((1, 1)), [100.0]
+    )
     assert out["discount"].tolist() == [0.0]
     assert out["td"].tolist() == [1.0]

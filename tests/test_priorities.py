@@ -15,11 +15,15 @@ def test_actor_td_priority_is_absolute_td_plus_epsilon():
 def test_max_seen_uses_the_learners_maximum_and_constant_before_any():
     td = np.array([5.0, -1.0])
     np.testing.assert_allclose(initial_priorities(td, "max_seen", max_seen=7.5), [7.5, 7.5])
-    np.testing.assert_allclose(initial_priorities(td, "max_seen", max_seen=None, constant=2.0), [2.0, 2.0])
+    np.testing.assert_allclose(
+        initial_priorities(td, "max_seen", max_seen=None, constant=2.0), [2.0, 2.0]
+    )
 
 
 def test_constant_priority_ignores_td():
-    np.testing.assert_allclose(initial_priorities(np.array([9.0, -9.0]), "constant", constant=3.0), [3.0, 3.0])
+    np.testing.assert_allclose(
+        initial_priorities(np.array([9.0, -9.0]), "constant", constant=3.0), [3.0, 3.0]
+    )
 
 
 def test_unknown_policy_names_the_valid_ones():
@@ -40,8 +44,17 @@ def test_importance_weights_are_uniform_when_beta_is_zero():
 
 
 def test_priority_updater_changes_priorities_in_reverb():
-    server = reverb.Server([reverb.Table("t", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 100,
-                                         reverb.rate_limiters.MinSize(1))])
+    server = reverb.Server(
+        [
+            reverb.Table(
+                "t",
+                reverb.selectors.Prioritized(1.0),
+                reverb.selectors.Fifo(),
+                100,
+                reverb.rate_limiters.MinSize(1),
+            )
+        ]
+    )
     client = reverb.Client(f"localhost:{server.port}")
     for i in range(10):
         client.insert(np.float32(i), priorities={"t": 1.0})

@@ -31,7 +31,9 @@ class ProgramTest(absltest.TestCase):
         program = make_program(c, run_dir=self.create_tempdir().full_path)
         (learner_node,) = find_nodes(program, LearnerNode)
         learner_node.disable_run()
-        replay_node = [n for n in program.get_all_nodes() if isinstance(n, lp.MultiThreadingColocation)][0].nodes[0]
+        replay_node = [
+            n for n in program.get_all_nodes() if isinstance(n, lp.MultiThreadingColocation)
+        ][0].nodes[0]
         lp.launch(program, launch_type="test_mt", test_case=self)
 
         learner = learner_node.create_handle().dereference()
@@ -46,7 +48,9 @@ class ProgramTest(absltest.TestCase):
 
         keys, sampled, new = learner.last_priority_update()
         learner.flush_priorities()
-        changed = {int(kk): float(p) for kk, p, old in zip(keys, new, sampled) if abs(p - old) > 1e-6}
+        changed = {
+            int(kk): float(p) for kk, p, old in zip(keys, new, sampled) if abs(p - old) > 1e-6
+        }
         self.assertNotEmpty(changed)
         seen = {}
         for s in replay.sample(TRANSITIONS_TABLE, num_samples=3000):

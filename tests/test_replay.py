@@ -10,9 +10,16 @@ from apex.replay.writer import TransitionWriter
 
 def batch_of(n, version=3):
     obs = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
-    return {"obs": obs, "action": np.arange(n, dtype=np.int32) % 2, "reward": np.full(n, 2.5, np.float32),
-            "discount": np.full(n, 0.99, np.float32), "next_obs": obs + 1, "slot": np.arange(n, dtype=np.int32) % 4,
-            "version": np.full(n, version, np.int64), "td": np.zeros(n, np.float32)}
+    return {
+        "obs": obs,
+        "action": np.arange(n, dtype=np.int32) % 2,
+        "reward": np.full(n, 2.5, np.float32),
+        "discount": np.full(n, 0.99, np.float32),
+        "next_obs": obs + 1,
+        "slot": np.arange(n, dtype=np.int32) % 4,
+        "version": np.full(n, version, np.int64),
+        "td": np.zeros(n, np.float32),
+    }
 
 
 def test_writer_inserts_one_item_per_transition_with_its_priority_and_provenance(reverb_server):
@@ -22,7 +29,10 @@ def test_writer_inserts_one_item_per_transition_with_its_priority_and_provenance
         w.write(batch_of(80), np.linspace(1.0, 80.0, 80))  # above min_size (64): sampling allowed
     info = client.server_info()[TRANSITIONS_TABLE]
     assert info.current_size == 80
-    samples = [s[0] for s in client.sample(TRANSITIONS_TABLE, num_samples=200, unpack_as_table_signature=True)]
+    samples = [
+        s[0]
+        for s in client.sample(TRANSITIONS_TABLE, num_samples=200, unpack_as_table_signature=True)
+    ]
     for s in samples:
         d = s.data
         row = int(d["obs"][0]) // 4
@@ -41,9 +51,13 @@ def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server,
 
     client = reverb.Client(f"localhost:{reverb_server.port}")
     with TransitionWriter(client, actor_id=0, epsilons=np.full(4, 0.1, np.float32)) as w:
-        w.write(batch_of(small_config.replay.min_size + 10), np.ones(small_config.replay.min_size + 10))
+        w.write(
+            batch_of(small_config.replay.min_size + 10), np.ones(small_config.replay.min_size + 10)
+        )
     sig = transition_signature(env_spec(small_config.env))
-    ds = make_dataset(f"localhost:{reverb_server.port}", sig, batch_size=16, num_workers=2, prefetch=1)
+    ds = make_dataset(
+        f"localhost:{reverb_server.port}", sig, batch_size=16, num_workers=2, prefetch=1
+    )
     sample = next(iter(ds))
     assert sample.data["obs"].shape == (16, 4) and sample.data["action"].shape == (16,)
     assert sample.data["insert_time"].dtype.name == "float64"

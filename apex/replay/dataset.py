@@ -8,9 +8,15 @@ import tensorflow as tf
 from apex.replay.tables import TRANSITIONS_TABLE
 
 
-def make_dataset(server_address: str, signature: dict[str, tf.TensorSpec], batch_size: int,
-                 num_workers: int = 2, prefetch: int = 4, rate_limiter_timeout_ms: int = 1000,
-                 table: str = TRANSITIONS_TABLE) -> tf.data.Dataset:
+def make_dataset(
+    server_address: str,
+    signature: dict[str, tf.TensorSpec],
+    batch_size: int,
+    num_workers: int = 2,
+    prefetch: int = 4,
+    rate_limiter_timeout_ms: int = 1000,
+    table: str = TRANSITIONS_TABLE,
+) -> tf.data.Dataset:
     """Batches of ReplaySample(info, data); data leaves have shape [B, ...].
 
     `num_workers` TrajectoryDatasets are interleaved (on this 2-core machine two
@@ -35,7 +41,8 @@ def make_dataset(server_address: str, signature: dict[str, tf.TensorSpec], batch
         )
 
     ds = tf.data.Dataset.range(num_workers).interleave(
-        one, cycle_length=num_workers, num_parallel_calls=num_workers, deterministic=False)
+        one, cycle_length=num_workers, num_parallel_calls=num_workers, deterministic=False
+    )
     ds = ds.batch(batch_size, drop_remainder=True)
     if prefetch:
         ds = ds.prefetch(prefetch)

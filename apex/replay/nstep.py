@@ -57,15 +57,25 @@ class NStepAccumulator:
         self.num_envs = num_envs
         self.n = n
         self.discount = float(discount)
-        self._pending: list[collections.deque[_Pending]] = [collections.deque() for _ in range(num_envs)]
+        self._pending: list[collections.deque[_Pending]] = [
+            collections.deque() for _ in range(num_envs)
+        ]
         self._powers = self.discount ** np.arange(n + 1)
 
     def pending(self, slot: int) -> int:
         """Steps of `slot` not yet emitted."""
         return len(self._pending[slot])
 
-    def _emit(self, out: dict[str, list], slot: int, entries: list[_Pending], start: int,
-              next_obs: np.ndarray, bootstrap: bool, next_value: float) -> None:
+    def _emit(
+        self,
+        out: dict[str, list],
+        slot: int,
+        entries: list[_Pending],
+        start: int,
+        next_obs: np.ndarray,
+        bootstrap: bool,
+        next_value: float,
+    ) -> None:
         first = entries[start]
         k = len(entries) - start
         ret = 0.0
@@ -81,7 +91,9 @@ class NStepAccumulator:
         out["version"].append(first.version)
         out["td"].append(ret + disc * next_value - first.q_taken)
 
-    def add(self, obs, actions, q_taken, versions, rewards, terminated, truncated, next_obs, next_value):
+    def add(
+        self, obs, actions, q_taken, versions, rewards, terminated, truncated, next_obs, next_value
+    ):
         """Adds one vector step; returns the completed transitions or None.
 
         Args:
@@ -98,7 +110,11 @@ class NStepAccumulator:
         out: dict[str, list] = {k: [] for k in TRANSITION_FIELDS}
         for i in range(self.num_envs):
             q = self._pending[i]
-            q.append(_Pending(obs[i], int(actions[i]), float(rewards[i]), float(q_taken[i]), int(versions[i])))
+            q.append(
+                _Pending(
+                    obs[i], int(actions[i]), float(rewards[i]), float(q_taken[i]), int(versions[i])
+                )
+            )
             if terminated[i] or truncated[i]:
                 entries = list(q)
                 boot = not bool(terminated[i])

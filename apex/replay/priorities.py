@@ -13,8 +13,14 @@ import reverb
 from apex.replay.tables import TRANSITIONS_TABLE
 
 
-def initial_priorities(td: np.ndarray, policy: str, *, epsilon: float = 1e-3, constant: float = 1.0,
-                       max_seen: float | None = None) -> np.ndarray:
+def initial_priorities(
+    td: np.ndarray,
+    policy: str,
+    *,
+    epsilon: float = 1e-3,
+    constant: float = 1.0,
+    max_seen: float | None = None,
+) -> np.ndarray:
     """Priorities of new transitions under an insert policy.
 
     actor_td: |td| + epsilon (Ape-X: the actor's own n-step TD error);
@@ -32,10 +38,14 @@ def initial_priorities(td: np.ndarray, policy: str, *, epsilon: float = 1e-3, co
         return np.full(td.shape, max_seen if max_seen else constant)
     if policy == "constant":
         return np.full(td.shape, constant)
-    raise ValueError(f"insert_priority={policy!r} is invalid: expected one of ['actor_td', 'max_seen', 'constant']")
+    raise ValueError(
+        f"insert_priority={policy!r} is invalid: expected one of ['actor_td', 'max_seen', 'constant']"
+    )
 
 
-def importance_weights(probabilities: np.ndarray, table_size: np.ndarray | int, beta: float) -> np.ndarray:
+def importance_weights(
+    probabilities: np.ndarray, table_size: np.ndarray | int, beta: float
+) -> np.ndarray:
     """w_i = (N * P(i)) ** -beta, normalised by the batch maximum (Schaul et al. 2016)."""
     p = np.asarray(probabilities, np.float64)
     n = np.asarray(table_size, np.float64)
@@ -70,7 +80,9 @@ class PriorityUpdater:
             self._started = True
 
     def put(self, keys: np.ndarray, priorities: np.ndarray) -> None:
-        self.max_priority = max(self.max_priority, float(np.max(priorities)) if len(priorities) else 0.0)
+        self.max_priority = max(
+            self.max_priority, float(np.max(priorities)) if len(priorities) else 0.0
+        )
         self._queue.put((keys, priorities))
 
     def flush(self, timeout: float = 10.0) -> None:

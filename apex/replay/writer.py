@@ -29,16 +29,26 @@ class TransitionWriter:
         ...     w.write(batch, priorities)
     """
 
-    def __init__(self, client: reverb.Client, actor_id: int, epsilons: np.ndarray,
-                 slot_offset: int = 0, chunk_length: int = 16, table: str = TRANSITIONS_TABLE):
+    def __init__(
+        self,
+        client: reverb.Client,
+        actor_id: int,
+        epsilons: np.ndarray,
+        slot_offset: int = 0,
+        chunk_length: int = 16,
+        table: str = TRANSITIONS_TABLE,
+    ):
         self._client = client
         self._table = table
         self._actor = np.int32(actor_id)
         self._epsilons = np.asarray(epsilons, np.float32)
         self._slot_offset = int(slot_offset)
         self._chunk_length = int(chunk_length)
-        self._writer = client.writer(max_sequence_length=self._chunk_length, chunk_length=self._chunk_length,
-                                     max_in_flight_items=64)
+        self._writer = client.writer(
+            max_sequence_length=self._chunk_length,
+            chunk_length=self._chunk_length,
+            max_in_flight_items=64,
+        )
         self.items_written = 0
         self.seconds_writing = 0.0
 
@@ -49,18 +59,20 @@ class TransitionWriter:
         w = self._writer
         for j in range(len(priorities)):
             local = int(batch["slot"][j])
-            w.append({
-                "obs": batch["obs"][j],
-                "action": batch["action"][j],
-                "reward": batch["reward"][j],
-                "discount": batch["discount"][j],
-                "next_obs": batch["next_obs"][j],
-                "actor": self._actor,
-                "slot": np.int32(self._slot_offset + local),
-                "epsilon": self._epsilons[local],
-                "version": batch["version"][j],
-                "insert_time": now,
-            })
+            w.append(
+                {
+                    "obs": batch["obs"][j],
+                    "action": batch["action"][j],
+                    "reward": batch["reward"][j],
+                    "discount": batch["discount"][j],
+                    "next_obs": batch["next_obs"][j],
+                    "actor": self._actor,
+                    "slot": np.int32(self._slot_offset + local),
+                    "epsilon": self._epsilons[local],
+                    "version": batch["version"][j],
+                    "insert_time": now,
+                }
+            )
             w.create_item(self._table, 1, float(priorities[j]))
         self.items_written += len(priorities)
         self.seconds_writing += time.perf_counter() - t0

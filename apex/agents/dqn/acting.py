@@ -31,23 +31,36 @@ class VectorActor:
       metrics: optional MetricsWriter.
     """
 
-    def __init__(self, config: ApexConfig, actor_id: int, variable_source: Any, writer: Any,
-                 coordinator: Any = None, metrics: MetricsWriter | None = None,
-                 should_stop: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        config: ApexConfig,
+        actor_id: int,
+        variable_source: Any,
+        writer: Any,
+        coordinator: Any = None,
+        metrics: MetricsWriter | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ):
         self._config = config
         self.actor_id = actor_id
         e = config.actor.envs_per_actor
         self._num_envs = e
         self._envs = [make_env(config.env) for _ in range(e)]
-        self._epsilons = slot_epsilons(actor_id, e, config.actor.num_actors, config.actor.epsilon_base,
-                                       config.actor.epsilon_alpha)
+        self._epsilons = slot_epsilons(
+            actor_id,
+            e,
+            config.actor.num_actors,
+            config.actor.epsilon_base,
+            config.actor.epsilon_alpha,
+        )
         self._rng = np.random.default_rng(config.seed + 7919 * (actor_id + 1))
         self._acc = NStepAccumulator(e, config.replay.n_step, config.replay.discount)
         self._writer = writer
         self._coordinator = coordinator
         self._metrics = metrics
-        self._variables = VariableClient(variable_source, config.actor.params_update_period,
-                                         should_stop=should_stop)
+        self._variables = VariableClient(
+            variable_source, config.actor.params_update_period, should_stop=should_stop
+        )
         self._dueling = config.learner.dueling
         self._num_actions = self._envs[0].action_space.n
         obs = []
@@ -111,13 +124,27 @@ class VectorActor:
         trunc_rows = [j for j in reset_obs if truncated[j] and not terminated[j]]
         if trunc_rows:
             next_value[trunc_rows] = self._forward(next_obs[trunc_rows]).max(axis=1)
-        batch = self._acc.add(self._obs, actions, q_taken, np.full(e, version), rewards, terminated, truncated,
-                              next_obs, next_value)
+        batch = self._acc.add(
+            self._obs,
+            actions,
+            q_taken,
+            np.full(e, version),
+            rewards,
+            terminated,
+            truncated,
+            next_obs,
+            next_value,
+        )
         written = 0
         if batch is not None:
             r = self._config.replay
-            prios = initial_priorities(batch["td"], r.insert_priority, epsilon=r.priority_epsilon,
-                                       constant=r.constant_priority, max_seen=self._variables.max_priority)
+            prios = initial_priorities(
+                batch["td"],
+                r.insert_priority,
+                epsilon=r.priority_epsilon,
+                constant=r.constant_priority,
+                max_seen=self._variables.max_priority,
+            )
             self._writer.write(batch, prios)
             written = len(prios)
         self._episode_return += rewards
@@ -169,8 +196,9 @@ class VectorActor:
             self._metrics.write(row)
         if self._coordinator is not None:
             try:
-                self._coordinator.futures.report_actor(self.actor_id, self.env_steps, self.episodes, returns,
-                                                    self._start_time)
+                self._coordinator.futures.report_actor(
+                    self.actor_id, self.env_steps, self.episodes, returns, self._start_time
+                )
             except Exception:  # noqa: BLE001 - reporting is best effort; acting goes on
                 pass
 
@@ -178,4 +206,3 @@ class VectorActor:
         self._variables.close()
         for env in self._envs:
             env.close()
-

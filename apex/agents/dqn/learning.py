@@ -31,20 +31,37 @@ class DQNLearner:
     (version, weights, info) where version is the number of SGD steps done.
     """
 
-    def __init__(self, config: ApexConfig, spec: EnvSpec, replay_address: str, coordinator: Any = None,
-                 metrics: MetricsWriter | None = None):
+    def __init__(
+        self,
+        config: ApexConfig,
+        spec: EnvSpec,
+        replay_address: str,
+        coordinator: Any = None,
+        metrics: MetricsWriter | None = None,
+    ):
         self._config = config
         lc = config.learner
         obs_dim = int(np.prod(spec.observation_shape))
-        self._online = QNetwork(obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed)
-        self._target = QNetwork(obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed)
+        self._online = QNetwork(
+            obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed
+        )
+        self._target = QNetwork(
+            obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed
+        )
         self._target.set_weights(self._online.get_weights())
-        self._optimizer = Adam(list(self._online.weights), lc.learning_rate, epsilon=lc.adam_epsilon)
+        self._optimizer = Adam(
+            list(self._online.weights), lc.learning_rate, epsilon=lc.adam_epsilon
+        )
         self._address = replay_address
         self._client = reverb.Client(replay_address)
         self._signature = transition_signature(spec)
-        self._dataset = make_dataset(replay_address, self._signature, lc.batch_size, lc.num_sample_workers,
-                                     lc.prefetch_batches)
+        self._dataset = make_dataset(
+            replay_address,
+            self._signature,
+            lc.batch_size,
+            lc.num_sample_workers,
+            lc.prefetch_batches,
+        )
         self._iterator = iter(self._dataset)
         self._updater = PriorityUpdater(self._client, merge=lc.priority_update_period)
         self._coordinator = coordinator
@@ -76,7 +93,9 @@ class DQNLearner:
             q_tm1 = self._online(data["obs"])
             q_t_online = self._online(data["next_obs"])
             q_t_target = self._target(data["next_obs"])
-            td = double_q_td(q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target)
+            td = double_q_td(
+                q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target
+            )
             loss = tf.reduce_mean(w * huber(td, self._config.learner.huber_delta))
         variables = self._online.weights
         grads = tape.gradient(loss, variables)
@@ -125,8 +144,11 @@ class DQNLearner:
         self.last_update = (keys, out["sampled_priorities"].numpy(), prios)
         self._lags.append(self.steps - 1 - out["version"].numpy())
         self._ages.append(time.time() - out["insert_time"].numpy())
-        self._last = {"loss": float(out["loss"]), "grad_norm": float(out["grad_norm"]),
-                      "q_mean": float(out["q_mean"])}
+        self._last = {
+            "loss": float(out["loss"]),
+            "grad_norm": float(out["grad_norm"]),
+            "q_mean": float(out["q_mean"]),
+        }
         return self._last
 
     _should_stop: Callable[[], bool] | None = None
@@ -140,7 +162,9 @@ class DQNLearner:
         """
         self._should_stop = should_stop
         self._updater.start()
-        worker = threading.Thread(target=self._train_loop, args=(should_stop,), name="learner-sgd", daemon=True)
+        worker = threading.Thread(
+            target=self._train_loop, args=(should_stop,), name="learner-sgd", daemon=True
+        )
         worker.start()
         while worker.is_alive() and not should_stop():
             worker.join(0.2)
@@ -212,9 +236,11 @@ class DQNLearner:
         self._updater.flush()
 
     def report(self, now: float, rate: float | None) -> dict[str, Any]:
-        row: dict[str, Any] = {"learner/steps": self.steps,
-                               "learner/priority_updates": self._updater.updates_sent,
-                               "learner/priority_update_calls": self._updater.calls}
+        row: dict[str, Any] = {
+            "learner/steps": self.steps,
+            "learner/priority_updates": self._updater.updates_sent,
+            "learner/priority_update_calls": self._updater.calls,
+        }
         if rate is not None:
             row["learner/steps_per_second"] = rate
         for k, v in self._last.items():
@@ -228,7 +254,9 @@ class DQNLearner:
             row["learner/policy_lag_max_steps"] = float(lags.max())
             row["learner/sample_age_p50_seconds"] = float(np.percentile(ages, 50))
         if self._updater.calls:
-            row["learner/priority_update_ms"] = 1000.0 * self._updater.seconds_in_calls / self._updater.calls
+            row["learner/priority_update_ms"] = (
+                1000.0 * self._updater.seconds_in_calls / self._updater.calls
+            )
         if self._metrics is not None:
             self._metrics.write(row)
         if self._coordinator is not None:

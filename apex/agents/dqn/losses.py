@@ -12,8 +12,14 @@ def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
     return 0.5 * quad**2 + delta * (a - quad)
 
 
-def double_q_td(q_tm1: tf.Tensor, action: tf.Tensor, reward: tf.Tensor, discount: tf.Tensor,
-                q_t_online: tf.Tensor, q_t_target: tf.Tensor) -> tf.Tensor:
+def double_q_td(
+    q_tm1: tf.Tensor,
+    action: tf.Tensor,
+    reward: tf.Tensor,
+    discount: tf.Tensor,
+    q_t_online: tf.Tensor,
+    q_t_target: tf.Tensor,
+) -> tf.Tensor:
     """n-step double-Q TD error: r + d * Q_target(s', argmax_a Q_online(s', a)) - Q(s, a).
 
     `reward` is the n-step return and `discount` is gamma ** k, or 0 where the

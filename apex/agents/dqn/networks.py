@@ -17,8 +17,15 @@ import tensorflow as tf
 class QNetwork(tf.Module):
     """MLP Q-network: obs [B, ...] -> Q [B, num_actions]."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: Sequence[int], dueling: bool = False,
-                 seed: int = 0, name: str = "q_network"):
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        hidden_sizes: Sequence[int],
+        dueling: bool = False,
+        seed: int = 0,
+        name: str = "q_network",
+    ):
         super().__init__(name=name)
         self.dueling = dueling
         self.num_actions = num_actions
@@ -61,7 +68,9 @@ class QNetwork(tf.Module):
             v.assign(a)
 
 
-def numpy_q_values(weights: Sequence[np.ndarray], obs: np.ndarray, dueling: bool = False) -> np.ndarray:
+def numpy_q_values(
+    weights: Sequence[np.ndarray], obs: np.ndarray, dueling: bool = False
+) -> np.ndarray:
     """The same forward pass as QNetwork.__call__, in numpy (float32)."""
     x = np.asarray(obs, np.float32).reshape(len(obs), -1)
     num_hidden = (len(weights) - (4 if dueling else 2)) // 2

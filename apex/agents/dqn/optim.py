@@ -15,8 +15,14 @@ import tensorflow as tf
 class Adam(tf.Module):
     """Adam (Kingma & Ba 2015) with bias correction."""
 
-    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float, beta1: float = 0.9,
-                 beta2: float = 0.999, epsilon: float = 1e-8):
+    def __init__(
+        self,
+        variables: Sequence[tf.Variable],
+        learning_rate: float,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+    ):
         super().__init__(name="adam")
         self._lr, self._b1, self._b2, self._eps = learning_rate, beta1, beta2, epsilon
         self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
