@@ -47,7 +47,7 @@ class ReplayConfig:
     """Maximum number of transitions kept; the oldest is removed first (FIFO)."""
     min_size: int = 1_000
     """Transitions that must be inserted before the learner may sample."""
-    samples_per_insert: float = 8.0
+    samples_per_insert: float = 4.0
     """Target ratio of sampled to inserted transitions (SampleToInsertRatio)."""
     error_buffer: float | None = None
     """Allowed deviation from samples_per_insert, in samples; None: auto."""
