@@ -14,4 +14,12 @@ from apex.errors import ApexError, ConfigError
 
 __version__ = "0.1.0"
 
-__all__ = ["ApexConfig", "ApexError", "ConfigError", "apply_override", "load_config_file", "validate", "__version__"]
+__all__ = [
+    "ApexConfig",
+    "ApexError",
+    "ConfigError",
+    "apply_override",
+    "load_config_file",
+    "validate",
+    "__version__",
+]
