@@ -188,6 +188,9 @@ class VectorActor:
             "actor/param_version": self._variables.version,
             "actor/param_updates": self._variables.num_updates,
         }
+        writing = getattr(self._writer, "seconds_writing", None)
+        if writing is not None:
+            row["actor/insert_seconds"] = writing
         if rate is not None:
             row["actor/env_steps_per_second"] = rate
         if returns:
