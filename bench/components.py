@@ -1,0 +1,260 @@
+r"""Component benchmark: each hot part of apex next to its bound, measured in one run.
+
+    .venv/bin/python bench/components.py [--seconds 3] [--repeats 3] [--envs 16]
+
+| part | bound (same run) | apex |
+|---|---|---|
+| acting | raw loop over E CartPole envs, random actions | VectorActor (batched numpy inference + n-step), no replay |
+| inserting | legacy reverb Writer, constant items, server in another process | TransitionWriter.write of real batches, same server |
+| actor process | - | VectorActor + TransitionWriter into that server |
+| learning | the learner's SGD step on a constant batch (no Reverb) | DQNLearner.step fed by an in-process Reverb table |
+| priority updates | - | mutate_priorities of one batch of keys, median ms |
+
+Prints medians over --repeats and ratios, and writes
+bench/results/components-<commit>.json. Part of issue 6's suite; not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+
+def _serve(config, port_queue, stop_event) -> None:
+    import reverb
+
+    from apex.envs import env_spec
+    from apex.replay.tables import make_tables
+
+    server = reverb.Server(make_tables(config, env_spec(config.env)))
+    port_queue.put(server.port)
+    stop_event.wait()
+    server.stop()
+
+
+def _config(envs: int):
+    from apex.config import ApexConfig
+
+    c = ApexConfig()
+    c.actor.num_actors = 1
+    c.actor.envs_per_actor = envs
+    c.replay.capacity = 1_000_000
+    c.replay.error_buffer = 1e12  # measure raw speed: no throttling
+    c.replay.min_size = 1
+    return c
+
+
+def timed(fn, seconds: float) -> float:
+    """Calls fn() (which returns a count) until `seconds` pass; returns counts per second."""
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        n += fn()
+    return n / (time.perf_counter() - t0)
+
+
+class _Null:
+    seconds_writing = 0.0
+
+    def write(self, batch, priorities) -> None:
+        pass
+
+
+class _Recorder(_Null):
+    batch = None
+
+    def write(self, batch, priorities) -> None:
+        self.batch = batch
+
+
+class _Weights:
+    def __init__(self, config):
+        from apex.agents.dqn.networks import QNetwork
+
+        self.net = QNetwork(4, 2, config.learner.hidden_sizes, seed=0)
+
+    def get_variables(self):
+        return 0, self.net.get_weights(), {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--envs", type=int, default=16)
+    args = ap.parse_args()
+
+    import reverb
+    import tensorflow as tf
+
+    from apex.agents.dqn.acting import VectorActor
+    from apex.agents.dqn.learning import DQNLearner
+    from apex.envs import env_spec, make_env
+    from apex.replay.tables import TRANSITIONS_TABLE
+    from apex.replay.writer import TransitionWriter
+    from apex.run_dir import git_commit
+
+    cfg = _config(args.envs)
+    spec = env_spec(cfg.env)
+    ctx = mp.get_context("spawn")
+    ports, stop = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_serve, args=(cfg, ports, stop), daemon=True)
+    proc.start()
+    address = f"localhost:{ports.get(timeout=120)}"
+    client = reverb.Client(address)
+    results: dict[str, list[float]] = {}
+
+    def rec(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    envs = [make_env(cfg.env, seed=i) for i in range(args.envs)]
+    for i, e in enumerate(envs):
+        e.reset(seed=i)
+    rng = np.random.default_rng(0)
+
+    def raw_step() -> int:
+        acts = rng.integers(0, 2, size=len(envs))
+        for e, a in zip(envs, acts):
+            _, _, term, trunc, _ = e.step(int(a))
+            if term or trunc:
+                e.reset()
+        return len(envs)
+
+    actor_null = VectorActor(cfg, 0, _Weights(cfg), _Null())
+    recorder = _Recorder()  # a real batch of transitions for the insert measurements
+    a2 = VectorActor(cfg, 0, _Weights(cfg), recorder)
+    while recorder.batch is None:
+        a2.step()
+    batch = recorder.batch
+    prios = np.ones(len(batch["action"]))
+
+    def raw_insert(w) -> int:
+        item = {k: batch[k][0] for k in ("obs", "action", "reward", "discount", "next_obs")}
+        item.update(
+            actor=np.int32(0),
+            slot=np.int32(0),
+            epsilon=np.float32(0.1),
+            version=np.int64(0),
+            insert_time=np.float64(0),
+        )
+        for _ in range(64):
+            w.append(item)
+            w.create_item(TRANSITIONS_TABLE, 1, 1.0)
+        return 64
+
+    for _ in range(args.repeats):
+        rec("env_raw_steps_per_s", timed(raw_step, args.seconds))
+        rec(
+            "actor_no_replay_steps_per_s",
+            timed(lambda: (actor_null.step(), args.envs)[1], args.seconds),
+        )
+        with client.writer(16, chunk_length=16) as w:
+            rec("insert_raw_items_per_s", timed(lambda: raw_insert(w), args.seconds))
+        with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+            rec(
+                "insert_apex_items_per_s",
+                timed(lambda: (tw.write(batch, prios), len(prios))[1], args.seconds),
+            )
+        with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+            actor = VectorActor(cfg, 0, _Weights(cfg), tw)
+            rec(
+                "actor_process_steps_per_s",
+                timed(lambda: (actor.step(), args.envs)[1], args.seconds),
+            )
+
+    # Learner: in-process Reverb (the default layout) vs the same step on a constant batch.
+    stop.set()
+    proc.join(10)
+    from apex.replay.tables import make_tables
+
+    lcfg = _config(args.envs)
+    server = reverb.Server(make_tables(lcfg, spec))
+    laddr = f"localhost:{server.port}"
+    lclient = reverb.Client(laddr)
+    with TransitionWriter(lclient, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+        actor = VectorActor(lcfg, 0, _Weights(lcfg), tw)
+        while actor.items_written < 30_000:
+            actor.step()
+    learner = DQNLearner(lcfg, spec, laddr)
+    learner.start_priority_updates()
+    sample = next(learner._iterator)
+    const_iter = iter(tf.data.Dataset.from_tensors(sample).repeat())
+
+    def const_step() -> int:
+        learner._sgd(const_iter)["loss"].numpy()
+        return 1
+
+    keys = sample.info.key.numpy()
+    lat = []
+    for _ in range(args.repeats):
+        learner.step()
+        rec("learner_constant_steps_per_s", timed(const_step, args.seconds))
+        rec("learner_reverb_steps_per_s", timed(lambda: (learner.step(), 1)[1], args.seconds))
+        for _ in range(50):
+            t0 = time.perf_counter()
+            lclient.mutate_priorities(
+                TRANSITIONS_TABLE, updates=dict(zip(keys.tolist(), [1.0] * len(keys)))
+            )
+            lat.append(1000 * (time.perf_counter() - t0))
+    learner.close()
+    server.stop()
+
+    med = {k: statistics.median(v) for k, v in results.items()}
+    med["priority_update_ms_per_batch"] = statistics.median(lat)
+    rows = [
+        ("acting (no replay)", "env_raw_steps_per_s", "actor_no_replay_steps_per_s", "env steps/s"),
+        ("inserting", "insert_raw_items_per_s", "insert_apex_items_per_s", "items/s"),
+        (
+            "actor process (inference + inserts)",
+            "env_raw_steps_per_s",
+            "actor_process_steps_per_s",
+            "env steps/s",
+        ),
+        ("learning", "learner_constant_steps_per_s", "learner_reverb_steps_per_s", "steps/s"),
+    ]
+    commit = git_commit(ROOT)
+    print(
+        f"apex bench/components.py  commit {commit}  {os.cpu_count()} cpus  envs={args.envs}  "
+        f"batch={lcfg.learner.batch_size}  medians of {args.repeats} x {args.seconds:g} s"
+    )
+    print("\n| part | bound | apex | apex / bound | unit |\n|---|---|---|---|---|")
+    for label, bound, ours, unit in rows:
+        print(
+            f"| {label} | {med[bound]:,.0f} | {med[ours]:,.0f} | {med[ours] / med[bound]:.2f} | {unit} |"
+        )
+    print(
+        f"| priority update (mutate_priorities, {len(keys)} keys) | - | {med['priority_update_ms_per_batch']:.2f} | - | ms |"
+    )
+    out = os.path.join(ROOT, "bench", "results", f"components-{(commit or 'nocommit')[:12]}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(
+            {
+                "commit": commit,
+                "time": time.time(),
+                "machine": platform.platform(),
+                "args": vars(args),
+                "medians": med,
+                "samples": results,
+            },
+            f,
+            indent=2,
+        )
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
