@@ -172,7 +172,7 @@ def main() -> None:
             actor = VectorActor(cfg, 0, _Weights(cfg), tw)
             rec(
                 "actor_process_steps_per_s",
-                timed(lambda: (actor.step(), args.envs)[1], args.seconds),
+                timed(lambda a=actor: (a.step(), args.envs)[1], args.seconds),
             )
 
     # Learner: in-process Reverb (the default layout) vs the same step on a constant batch.
