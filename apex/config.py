@@ -109,9 +109,11 @@ class LearnerConfig:
     """SGD steps between target-network copies."""
     importance_exponent: float = 0.4
     """Beta of the importance-sampling weights (N * P(i)) ** -beta."""
-    num_sample_workers: int = 2
+    num_sample_workers: int = 1
     """Parallel Reverb sampling streams feeding the learner."""
-    prefetch_batches: int = 4
+    in_flight_batches: int = 8
+    """Batches each sampling stream keeps requested ahead of the learner."""
+    prefetch_batches: int = 8
     """Batches prefetched ahead of the SGD step."""
     priority_update_period: int = 4
     """SGD steps whose priority updates are merged into one Reverb call."""
@@ -369,6 +371,12 @@ def validate(config: ApexConfig) -> None:
         _is_int(lr.num_sample_workers) and lr.num_sample_workers >= 1,
         "learner.num_sample_workers",
         lr.num_sample_workers,
+        "an integer >= 1",
+    )
+    _check(
+        _is_int(lr.in_flight_batches) and lr.in_flight_batches >= 1,
+        "learner.in_flight_batches",
+        lr.in_flight_batches,
         "an integer >= 1",
     )
     _check(

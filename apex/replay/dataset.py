@@ -12,15 +12,19 @@ def make_dataset(
     server_address: str,
     signature: dict[str, tf.TensorSpec],
     batch_size: int,
-    num_workers: int = 2,
-    prefetch: int = 4,
+    num_workers: int = 1,
+    prefetch: int = 8,
+    in_flight_batches: int = 8,
     rate_limiter_timeout_ms: int = 1000,
     table: str = TRANSITIONS_TABLE,
 ) -> tf.data.Dataset:
     """Batches of ReplaySample(info, data); data leaves have shape [B, ...].
 
-    `num_workers` TrajectoryDatasets are interleaved (on this 2-core machine two
-    streams reach most of the throughput of acme's default of 12). The items are
+    `num_workers` sampling streams are interleaved, each keeping
+    `in_flight_batches` batches requested ahead. With the server in the
+    learner's process, one stream with 8 batches in flight and 8 prefetched
+    measured 530 learner steps/s against 430 for two streams with 2 in flight
+    (batch 64, this 2-core machine). The items are
     one-step items of the legacy reverb Writer, so TimestepDataset (not
     TrajectoryDataset, which expects squeezed TrajectoryWriter columns) reads
     them: one timestep per sampled item. When the rate limiter blocks sampling for
@@ -36,7 +40,7 @@ def make_dataset(
             table=table,
             dtypes=dtypes,
             shapes=shapes,
-            max_in_flight_samples_per_worker=2 * batch_size,
+            max_in_flight_samples_per_worker=in_flight_batches * batch_size,
             rate_limiter_timeout_ms=rate_limiter_timeout_ms,
         )
 

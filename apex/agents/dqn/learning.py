@@ -59,8 +59,9 @@ class DQNLearner:
             replay_address,
             self._signature,
             lc.batch_size,
-            lc.num_sample_workers,
-            lc.prefetch_batches,
+            num_workers=lc.num_sample_workers,
+            prefetch=lc.prefetch_batches,
+            in_flight_batches=lc.in_flight_batches,
         )
         self._iterator = iter(self._dataset)
         self._updater = PriorityUpdater(self._client, merge=lc.priority_update_period)
