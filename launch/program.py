@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import os
 import sys
 import time
 
@@ -73,6 +74,9 @@ class LearnerNode:
 
     def __init__(self, config: ApexConfig, spec: EnvSpec, replay, coordinator, run_dir: str):
         _quiet_logs()
+        if run_dir:  # lets tools find the live replay: python -m tools.replay stats --run_dir=...
+            with open(os.path.join(run_dir, "replay_address"), "w") as f:
+                f.write(replay.server_address + "\n")
         self._learner = DQNLearner(
             config,
             spec,

@@ -66,6 +66,8 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
         assert os.path.getsize(path) > 0, name
         first = json.loads(open(path).readline())
         assert all(k == "time" or "/" in k for k in first), first
+    with open(os.path.join(run_dir, "replay_address")) as f:
+        assert f.read().strip().startswith("localhost:")
     # Every metric key the run wrote is documented.
     documented = set(
         re.findall(r"`([a-z_]+/[a-z0-9_]+)`", open(os.path.join(ROOT, "docs", "metrics.md")).read())
