@@ -197,6 +197,63 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+# Field rules: (dotted path, kind, optional). Kinds: "int>=0", "int>=1",
+# "num>0", "num>=0", "num in [0,1]", "num". Optional fields may be None.
+_RULES: tuple[tuple[str, str, bool], ...] = (
+    ("env.max_episode_steps", "int>=1", True),
+    ("replay.capacity", "int>=1", False),
+    ("replay.min_size", "int>=1", False),
+    ("replay.samples_per_insert", "num>0", False),
+    ("replay.priority_exponent", "num in [0,1]", False),
+    ("replay.n_step", "int>=1", False),
+    ("replay.discount", "num in [0,1]", False),
+    ("replay.constant_priority", "num>0", False),
+    ("replay.priority_epsilon", "num>0", False),
+    ("actor.num_actors", "int>=1", False),
+    ("actor.envs_per_actor", "int>=1", False),
+    ("actor.epsilon_base", "num in [0,1]", False),
+    ("actor.epsilon_alpha", "num>=0", False),
+    ("actor.params_update_period", "int>=1", False),
+    ("actor.report_period_seconds", "num>0", False),
+    ("learner.batch_size", "int>=1", False),
+    ("learner.learning_rate", "num>0", False),
+    ("learner.adam_epsilon", "num>0", False),
+    ("learner.max_grad_norm", "num>0", False),
+    ("learner.huber_delta", "num>0", False),
+    ("learner.target_update_period", "int>=1", False),
+    ("learner.importance_exponent", "num in [0,1]", False),
+    ("learner.num_sample_workers", "int>=1", False),
+    ("learner.in_flight_batches", "int>=1", False),
+    ("learner.prefetch_batches", "int>=0", False),
+    ("learner.priority_update_period", "int>=1", False),
+    ("evaluation.episodes", "int>=1", False),
+    ("evaluation.epsilon", "num in [0,1]", False),
+    ("evaluation.period_seconds", "num>0", False),
+    ("evaluation.target_return", "num", False),
+    ("stop.max_actor_steps", "int>=1", True),
+    ("stop.max_learner_steps", "int>=1", True),
+    ("stop.max_wall_seconds", "num>0", True),
+    ("logging.progress_period_seconds", "num>=0", False),
+    ("logging.metrics_period_seconds", "num>0", False),
+    ("seed", "int>=0", False),
+)
+
+_KINDS: dict[str, tuple[Any, str]] = {
+    "int>=0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "int>=1": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "num>0": (lambda v: _is_num(v) and v > 0, "a number > 0"),
+    "num>=0": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "num in [0,1]": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "num": (_is_num, "a number"),
+}
+
+
+def _get(config: Any, path: str) -> Any:
+    for name in path.split("."):
+        config = getattr(config, name)
+    return config
+
+
 def validate(config: ApexConfig) -> None:
     """Raises ConfigError for the first invalid field; returns None if all are valid."""
     c = config
@@ -206,21 +263,14 @@ def validate(config: ApexConfig) -> None:
         c.env.id,
         "a Gymnasium id such as 'CartPole-v1'",
     )
-    if c.env.max_episode_steps is not None:
-        _check(
-            _is_int(c.env.max_episode_steps) and c.env.max_episode_steps >= 1,
-            "env.max_episode_steps",
-            c.env.max_episode_steps,
-            "None or an integer >= 1",
-        )
+    for path, kind, optional in _RULES:
+        value = _get(c, path)
+        if optional and value is None:
+            continue
+        ok, valid = _KINDS[kind]
+        _check(ok(value), path, value, f"None or {valid}" if optional else valid)
 
-    r = c.replay
-    _check(
-        _is_int(r.capacity) and r.capacity >= 1, "replay.capacity", r.capacity, "an integer >= 1"
-    )
-    _check(
-        _is_int(r.min_size) and r.min_size >= 1, "replay.min_size", r.min_size, "an integer >= 1"
-    )
+    r, lr, s = c.replay, c.learner, c.stop
     _check(
         r.min_size <= r.capacity,
         "replay.min_size",
@@ -228,41 +278,10 @@ def validate(config: ApexConfig) -> None:
         f"at most replay.capacity ({r.capacity}), or the learner could never sample",
     )
     _check(
-        _is_num(r.samples_per_insert) and r.samples_per_insert > 0,
-        "replay.samples_per_insert",
-        r.samples_per_insert,
-        "a number > 0",
-    )
-    _check(
-        _is_num(r.priority_exponent) and 0 <= r.priority_exponent <= 1,
-        "replay.priority_exponent",
-        r.priority_exponent,
-        "a number in [0, 1]",
-    )
-    _check(_is_int(r.n_step) and r.n_step >= 1, "replay.n_step", r.n_step, "an integer >= 1")
-    _check(
-        _is_num(r.discount) and 0 <= r.discount <= 1,
-        "replay.discount",
-        r.discount,
-        "a number in [0, 1]",
-    )
-    _check(
         r.insert_priority in INSERT_PRIORITIES,
         "replay.insert_priority",
         r.insert_priority,
         f"one of {list(INSERT_PRIORITIES)}",
-    )
-    _check(
-        _is_num(r.constant_priority) and r.constant_priority > 0,
-        "replay.constant_priority",
-        r.constant_priority,
-        "a number > 0",
-    )
-    _check(
-        _is_num(r.priority_epsilon) and r.priority_epsilon > 0,
-        "replay.priority_epsilon",
-        r.priority_epsilon,
-        "a number > 0",
     )
     if r.port is not None:
         _check(
@@ -271,46 +290,6 @@ def validate(config: ApexConfig) -> None:
             r.port,
             "None or a port in [1, 65535]",
         )
-
-    a = c.actor
-    _check(
-        _is_int(a.num_actors) and a.num_actors >= 1,
-        "actor.num_actors",
-        a.num_actors,
-        "an integer >= 1",
-    )
-    _check(
-        _is_int(a.envs_per_actor) and a.envs_per_actor >= 1,
-        "actor.envs_per_actor",
-        a.envs_per_actor,
-        "an integer >= 1",
-    )
-    _check(
-        _is_num(a.epsilon_base) and 0 <= a.epsilon_base <= 1,
-        "actor.epsilon_base",
-        a.epsilon_base,
-        "a number in [0, 1]",
-    )
-    _check(
-        _is_num(a.epsilon_alpha) and a.epsilon_alpha >= 0,
-        "actor.epsilon_alpha",
-        a.epsilon_alpha,
-        "a number >= 0",
-    )
-    _check(
-        _is_int(a.params_update_period) and a.params_update_period >= 1,
-        "actor.params_update_period",
-        a.params_update_period,
-        "an integer >= 1",
-    )
-    _check(
-        _is_num(a.report_period_seconds) and a.report_period_seconds > 0,
-        "actor.report_period_seconds",
-        a.report_period_seconds,
-        "a number > 0",
-    )
-
-    lr = c.learner
     _check(
         isinstance(lr.hidden_sizes, (tuple, list))
         and len(lr.hidden_sizes) >= 1
@@ -320,78 +299,11 @@ def validate(config: ApexConfig) -> None:
         "a non-empty tuple of integers >= 1, e.g. (128, 128)",
     )
     _check(
-        _is_int(lr.batch_size) and lr.batch_size >= 1,
-        "learner.batch_size",
-        lr.batch_size,
-        "an integer >= 1",
-    )
-    _check(
         lr.batch_size <= r.capacity,
         "learner.batch_size",
         lr.batch_size,
         f"at most replay.capacity ({r.capacity})",
     )
-    _check(
-        _is_num(lr.learning_rate) and lr.learning_rate > 0,
-        "learner.learning_rate",
-        lr.learning_rate,
-        "a number > 0",
-    )
-    _check(
-        _is_num(lr.adam_epsilon) and lr.adam_epsilon > 0,
-        "learner.adam_epsilon",
-        lr.adam_epsilon,
-        "a number > 0",
-    )
-    _check(
-        _is_num(lr.max_grad_norm) and lr.max_grad_norm > 0,
-        "learner.max_grad_norm",
-        lr.max_grad_norm,
-        "a number > 0",
-    )
-    _check(
-        _is_num(lr.huber_delta) and lr.huber_delta > 0,
-        "learner.huber_delta",
-        lr.huber_delta,
-        "a number > 0",
-    )
-    _check(
-        _is_int(lr.target_update_period) and lr.target_update_period >= 1,
-        "learner.target_update_period",
-        lr.target_update_period,
-        "an integer >= 1",
-    )
-    _check(
-        _is_num(lr.importance_exponent) and 0 <= lr.importance_exponent <= 1,
-        "learner.importance_exponent",
-        lr.importance_exponent,
-        "a number in [0, 1]",
-    )
-    _check(
-        _is_int(lr.num_sample_workers) and lr.num_sample_workers >= 1,
-        "learner.num_sample_workers",
-        lr.num_sample_workers,
-        "an integer >= 1",
-    )
-    _check(
-        _is_int(lr.in_flight_batches) and lr.in_flight_batches >= 1,
-        "learner.in_flight_batches",
-        lr.in_flight_batches,
-        "an integer >= 1",
-    )
-    _check(
-        _is_int(lr.prefetch_batches) and lr.prefetch_batches >= 0,
-        "learner.prefetch_batches",
-        lr.prefetch_batches,
-        "an integer >= 0",
-    )
-    _check(
-        _is_int(lr.priority_update_period) and lr.priority_update_period >= 1,
-        "learner.priority_update_period",
-        lr.priority_update_period,
-        "an integer >= 1",
-    )
-
     if r.error_buffer is not None:
         _check(_is_num(r.error_buffer), "replay.error_buffer", r.error_buffer, "None or a number")
         need = max(2.0 * max(1.0, r.samples_per_insert), float(lr.batch_size))
@@ -402,40 +314,6 @@ def validate(config: ApexConfig) -> None:
             f"None or >= {need:g} (2 * max(1, samples_per_insert) and >= learner.batch_size); a smaller buffer "
             "makes the rate limiter block the learner in the middle of a batch",
         )
-
-    e = c.evaluation
-    _check(
-        _is_int(e.episodes) and e.episodes >= 1,
-        "evaluation.episodes",
-        e.episodes,
-        "an integer >= 1",
-    )
-    _check(
-        _is_num(e.epsilon) and 0 <= e.epsilon <= 1,
-        "evaluation.epsilon",
-        e.epsilon,
-        "a number in [0, 1]",
-    )
-    _check(
-        _is_num(e.period_seconds) and e.period_seconds > 0,
-        "evaluation.period_seconds",
-        e.period_seconds,
-        "a number > 0",
-    )
-    _check(_is_num(e.target_return), "evaluation.target_return", e.target_return, "a number")
-
-    s = c.stop
-    for name in ("max_actor_steps", "max_learner_steps"):
-        v = getattr(s, name)
-        if v is not None:
-            _check(_is_int(v) and v >= 1, f"stop.{name}", v, "None or an integer >= 1")
-    if s.max_wall_seconds is not None:
-        _check(
-            _is_num(s.max_wall_seconds) and s.max_wall_seconds > 0,
-            "stop.max_wall_seconds",
-            s.max_wall_seconds,
-            "None or a number > 0",
-        )
     _check(
         s.max_actor_steps is not None
         or s.max_learner_steps is not None
@@ -445,22 +323,7 @@ def validate(config: ApexConfig) -> None:
         "no limit",
         "at least one of stop.max_actor_steps, stop.max_learner_steps, stop.max_wall_seconds, stop.when_solved",
     )
-
-    lg = c.logging
-    _check(
-        _is_num(lg.progress_period_seconds) and lg.progress_period_seconds >= 0,
-        "logging.progress_period_seconds",
-        lg.progress_period_seconds,
-        "a number >= 0",
-    )
-    _check(
-        _is_num(lg.metrics_period_seconds) and lg.metrics_period_seconds > 0,
-        "logging.metrics_period_seconds",
-        lg.metrics_period_seconds,
-        "a number > 0",
-    )
     _check(isinstance(c.run_dir, str), "run_dir", c.run_dir, "a path string")
-    _check(_is_int(c.seed) and c.seed >= 0, "seed", c.seed, "an integer >= 0")
 
 
 # --------------------------------------------------------------------------- overrides

@@ -82,7 +82,6 @@ class Coordinator:
         self._solved_at: tuple[float, int] | None = None
         self._replay_info: dict[str, float] = {}
         self.stop_reason: str | None = None
-        self._summary_written = False
 
     # -------------------------------------------------------------- reports
     def report_actor(
@@ -194,7 +193,6 @@ class Coordinator:
         s = self.summary()
         if self._run_dir:
             write_json_atomic(os.path.join(self._run_dir, "summary.json"), s)
-        self._summary_written = True
         return s
 
     def _write_state(self) -> None:

@@ -70,7 +70,7 @@ class NStepAccumulator:
         self,
         out: dict[str, list],
         slot: int,
-        entries: list[_Pending],
+        entries: collections.deque[_Pending],
         start: int,
         next_obs: np.ndarray,
         bootstrap: bool,
@@ -122,7 +122,7 @@ class NStepAccumulator:
                     self._emit(out, i, entries, start, next_obs[i], boot, float(next_value[i]))
                 q.clear()
             elif len(q) == self.n:
-                self._emit(out, i, list(q), 0, next_obs[i], True, float(next_value[i]))
+                self._emit(out, i, q, 0, next_obs[i], True, float(next_value[i]))
                 q.popleft()
         if not out["obs"]:
             return None

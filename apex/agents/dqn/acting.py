@@ -71,12 +71,10 @@ class VectorActor:
         self._obs = np.stack(obs)
         self._q: np.ndarray | None = None
         self._episode_return = np.zeros(e)
-        self._episode_length = np.zeros(e, np.int64)
         self.env_steps = 0
         self.episodes = 0
         self.items_written = 0
         self._recent_returns: list[float] = []
-        self._recent_by_slot: dict[int, list[float]] = {}
         self._start_time = time.time()
 
     @property
@@ -148,13 +146,10 @@ class VectorActor:
             self._writer.write(batch, prios)
             written = len(prios)
         self._episode_return += rewards
-        self._episode_length += 1
         for j in reset_obs:
             ret = float(self._episode_return[j])
             self._recent_returns.append(ret)
-            self._recent_by_slot.setdefault(j, []).append(ret)
             self._episode_return[j] = 0.0
-            self._episode_length[j] = 0
             self.episodes += 1
         self._obs = acting_obs
         self._q = q_next

@@ -80,6 +80,7 @@ class DQNLearner:
         self._ages: list[np.ndarray] = []
         self.last_update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._error: Exception | None = None
+        self._should_stop: Callable[[], bool] | None = None
 
     # ------------------------------------------------------------------ SGD
     @tf.function
@@ -151,8 +152,6 @@ class DQNLearner:
             "q_mean": float(out["q_mean"]),
         }
         return self._last
-
-    _should_stop: Callable[[], bool] | None = None
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Steps until should_stop() or config.stop.max_learner_steps.
