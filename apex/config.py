@@ -27,6 +27,9 @@ from apex.errors import ConfigError
 
 INSERT_PRIORITIES = ("actor_td", "max_seen", "constant")
 LAUNCH_TYPES = ("local_mp", "local_mt", "test_mt")
+AGENTS = ("apex_dqn", "r2d2")
+PREPROCESSING = ("none", "atari")
+TORSOS = ("mlp", "conv")
 
 
 @dataclasses.dataclass
@@ -37,6 +40,26 @@ class EnvConfig:
     """Gymnasium id; must have a Discrete action space and a Box observation."""
     max_episode_steps: int | None = None
     """Overrides the env's own time limit (None keeps the registered one)."""
+    observation_indices: tuple[int, ...] | None = None
+    """Keep only these components of a vector observation (None: all). Masked
+    CartPole keeps (0, 2): cart position and pole angle, no velocities."""
+    preprocessing: str = "none"
+    """'none', or 'atari': no-op starts, frame skip with max-pool, grayscale,
+    resize (gymnasium's AtariPreprocessing), then an optional frame stack."""
+    frame_skip: int = 4
+    """Atari: emulator frames per agent step (the max of the last two is kept)."""
+    screen_size: int = 84
+    """Atari: observations are screen_size x screen_size grayscale."""
+    frame_stack: int = 1
+    """Atari: observations stacked per agent step (4 for feed-forward agents)."""
+    noop_max: int = 30
+    """Atari: at most this many no-op actions after each reset."""
+    terminal_on_life_loss: bool = False
+    """Atari: end episodes on a life loss (off: the standard since Machado et al.)."""
+    sticky_action_probability: float = 0.0
+    """Atari: ALE's repeat_action_probability (0: deterministic emulator)."""
+    clip_rewards: bool = False
+    """Clip rewards to [-1, 1] as the actors store them (the Ape-X Atari recipe)."""
 
 
 @dataclasses.dataclass
@@ -70,6 +93,30 @@ class ReplayConfig:
 
 
 @dataclasses.dataclass
+class R2D2Config:
+    """Sequences and recurrent learning; used when agent='r2d2'."""
+
+    sequence_length: int = 80
+    """Steps per stored sequence (L), burn-in included."""
+    sequence_period: int = 40
+    """Steps between the starts of consecutive sequences (P; overlap L - P)."""
+    burn_in: int = 40
+    """First steps of a sequence only unrolled from the stored state, no gradient."""
+    skip_burn_in_at_episode_start: bool = True
+    """A sequence that starts at an episode's first step has the exact (zero)
+    state, so all its L steps are trained: no step of a short episode is lost."""
+    lstm_size: int = 512
+    """LSTM units."""
+    priority_eta: float = 0.9
+    """Sequence priority eta * max|delta| + (1 - eta) * mean|delta|."""
+    value_rescaling: bool = True
+    """Learn h(Q) with h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (R2D2's
+    invertible value rescaling) instead of clipping rewards."""
+    value_rescaling_epsilon: float = 1e-3
+    """eps of h."""
+
+
+@dataclasses.dataclass
 class ActorConfig:
     """Epsilon-greedy actors, each stepping a vector of envs."""
 
@@ -91,8 +138,11 @@ class ActorConfig:
 class LearnerConfig:
     """Double DQN learner on prioritized n-step transitions."""
 
+    torso: str = "mlp"
+    """'mlp' (vector observations) or 'conv' (Nature-DQN convolutions, images)."""
     hidden_sizes: tuple[int, ...] = (128, 128)
-    """Widths of the Q-network's hidden layers (ReLU)."""
+    """Widths of the dense layers (ReLU) after the torso's input (mlp) or its
+    convolutions (conv)."""
     dueling: bool = False
     """Use a dueling head (value + advantage)."""
     batch_size: int = 64
@@ -161,10 +211,13 @@ class LoggingConfig:
 
 @dataclasses.dataclass
 class ApexConfig:
-    """A whole Ape-X DQN program."""
+    """A whole program: Ape-X DQN or R2D2."""
 
+    agent: str = "apex_dqn"
+    """'apex_dqn' (feed-forward, n-step transitions) or 'r2d2' (recurrent, sequences)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    r2d2: R2D2Config = dataclasses.field(default_factory=R2D2Config)
     actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
@@ -201,6 +254,17 @@ def _is_num(v: Any) -> bool:
 # "num>0", "num>=0", "num in [0,1]", "num". Optional fields may be None.
 _RULES: tuple[tuple[str, str, bool], ...] = (
     ("env.max_episode_steps", "int>=1", True),
+    ("env.frame_skip", "int>=1", False),
+    ("env.screen_size", "int>=1", False),
+    ("env.frame_stack", "int>=1", False),
+    ("env.noop_max", "int>=0", False),
+    ("env.sticky_action_probability", "num in [0,1]", False),
+    ("r2d2.sequence_length", "int>=2", False),
+    ("r2d2.sequence_period", "int>=1", False),
+    ("r2d2.burn_in", "int>=0", False),
+    ("r2d2.lstm_size", "int>=1", False),
+    ("r2d2.priority_eta", "num in [0,1]", False),
+    ("r2d2.value_rescaling_epsilon", "num>=0", False),
     ("replay.capacity", "int>=1", False),
     ("replay.min_size", "int>=1", False),
     ("replay.samples_per_insert", "num>0", False),
@@ -241,6 +305,7 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
 _KINDS: dict[str, tuple[Any, str]] = {
     "int>=0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "int>=1": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "int>=2": (lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
     "num>0": (lambda v: _is_num(v) and v > 0, "a number > 0"),
     "num>=0": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
     "num in [0,1]": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
@@ -263,6 +328,12 @@ def validate(config: ApexConfig) -> None:
         c.env.id,
         "a Gymnasium id such as 'CartPole-v1'",
     )
+    for path, choices in (
+        ("agent", AGENTS),
+        ("env.preprocessing", PREPROCESSING),
+        ("learner.torso", TORSOS),
+    ):
+        _check(_get(c, path) in choices, path, _get(c, path), f"one of {list(choices)}")
     for path, kind, optional in _RULES:
         value = _get(c, path)
         if optional and value is None:
@@ -298,6 +369,30 @@ def validate(config: ApexConfig) -> None:
         lr.hidden_sizes,
         "a non-empty tuple of integers >= 1, e.g. (128, 128)",
     )
+    if c.env.observation_indices is not None:
+        _check(
+            isinstance(c.env.observation_indices, (tuple, list))
+            and len(c.env.observation_indices) >= 1
+            and all(_is_int(i) and i >= 0 for i in c.env.observation_indices),
+            "env.observation_indices",
+            c.env.observation_indices,
+            "None or a non-empty tuple of integers >= 0, e.g. (0, 2)",
+        )
+    if c.agent == "r2d2":
+        q = c.r2d2
+        _check(
+            q.sequence_period <= q.sequence_length,
+            "r2d2.sequence_period",
+            q.sequence_period,
+            f"at most r2d2.sequence_length ({q.sequence_length}); a larger period skips steps",
+        )
+        _check(
+            q.burn_in < q.sequence_length - 1,
+            "r2d2.burn_in",
+            q.burn_in,
+            f"less than r2d2.sequence_length - 1 ({q.sequence_length - 1}), so that some "
+            "steps are trained",
+        )
     _check(
         lr.batch_size <= r.capacity,
         "learner.batch_size",

@@ -79,6 +79,7 @@ class Coordinator:
         self._learner_first_step: float | None = None
         self._learner_row: dict[str, Any] = {}
         self._eval: dict[str, Any] | None = None
+        self._best: tuple[float, float, int] | None = None  # (return, wall s, env steps)
         self._solved_at: tuple[float, int] | None = None
         self._replay_info: dict[str, float] = {}
         self.stop_reason: str | None = None
@@ -118,6 +119,8 @@ class Coordinator:
                 "time": now,
                 "env_steps": self.env_steps,
             }
+            if self._best is None or return_mean > self._best[0]:
+                self._best = (float(return_mean), now - self._start, self.env_steps)
             if self._solved_at is None and return_mean >= self._config.evaluation.target_return:
                 self._solved_at = (now - self._start, self.env_steps)
 
@@ -181,6 +184,9 @@ class Coordinator:
                 "replay_samples": self._replay_info.get("samples"),
                 "eval_return_mean": None if self._eval is None else self._eval["return_mean"],
                 "eval_returns": None if self._eval is None else self._eval["returns"],
+                "best_eval_return_mean": None if self._best is None else self._best[0],
+                "best_eval_at_wall_seconds": None if self._best is None else self._best[1],
+                "best_eval_at_env_steps": None if self._best is None else self._best[2],
                 "target_return": self._config.evaluation.target_return,
                 "solved_at_wall_seconds": None if self._solved_at is None else self._solved_at[0],
                 "solved_at_env_steps": None if self._solved_at is None else self._solved_at[1],

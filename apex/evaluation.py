@@ -8,16 +8,20 @@ from typing import Any
 
 import numpy as np
 
-from apex.agents.dqn.networks import numpy_q_values
+from apex.agents.policy import ActingPolicy
 from apex.config import ApexConfig
-from apex.envs import make_env, to_observation
+from apex.envs import env_spec, make_env, to_observation
 from apex.metrics import MetricsWriter
 
 
 def evaluate(
-    config: ApexConfig, weights: list[np.ndarray], episodes: int, epsilon: float, seed: int
+    config: ApexConfig, policy: ActingPolicy, episodes: int, epsilon: float, seed: int
 ) -> np.ndarray:
-    """Returns of `episodes` episodes run side by side with one batched forward pass per step."""
+    """Returns of `episodes` episodes run side by side with one batched forward pass per step.
+
+    `policy` has its weights set; a recurrent policy starts every episode from
+    the zero state and carries it along.
+    """
     envs = [make_env(config.env) for _ in range(episodes)]
     rng = np.random.default_rng(seed)
     try:
@@ -25,9 +29,14 @@ def evaluate(
         returns = np.zeros(episodes)
         live = np.ones(episodes, bool)
         n_actions = envs[0].action_space.n
+        state = policy.initial_state(episodes)
         while live.any():
             idx = np.flatnonzero(live)
-            q = numpy_q_values(weights, obs[idx], config.learner.dueling)
+            if state is None:
+                q, _ = policy(obs[idx])
+            else:
+                q, (h, c) = policy(obs[idx], (state[0][idx], state[1][idx]))
+                state[0][idx], state[1][idx] = h, c
             actions = q.argmax(axis=1)
             if epsilon > 0:
                 explore = rng.random(len(idx)) < epsilon
@@ -60,14 +69,16 @@ class Evaluator:
         self._metrics = metrics
         self.evaluations = 0
         self.failures = 0
+        self._policy = ActingPolicy(config, env_spec(config.env))
 
     def evaluate_once(self) -> dict[str, float]:
         ec = self._config.evaluation
         version, weights, _ = self._source.get_variables()
         t0 = time.time()
+        self._policy.set_weights([np.asarray(w) for w in weights])
         returns = evaluate(
             self._config,
-            [np.asarray(w) for w in weights],
+            self._policy,
             ec.episodes,
             ec.epsilon,
             seed=self._config.seed + 10_000_000 + 1000 * self.evaluations,

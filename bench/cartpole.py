@@ -12,19 +12,9 @@ nothing else meanwhile.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from apex.run_dir import git_commit  # noqa: E402
+from common import fmt, header, run_program, save_results
 
 FIELDS = [
     ("first_learner_step_seconds", "launch->1st learner step s", 15.0, "<="),
@@ -43,33 +33,16 @@ PEER = {
 
 
 def run_once(budget: float, overrides: list[str]) -> dict:
-    run_dir = tempfile.mkdtemp(prefix="apex-bench-")
-    cmd = [
-        sys.executable,
-        "-m",
-        "launch.train",
-        "--config=configs/apex_cartpole.py",
-        f"--config.run_dir={run_dir}",
-        "--config.stop.when_solved=true",
-        f"--config.stop.max_wall_seconds={budget}",
-        "--config.stop.max_actor_steps=None",
-        "--config.logging.progress_period_seconds=10",
-        *overrides,
-    ]
-    t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=budget + 120)
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
-    summary["process_seconds"] = time.time() - t0
-    summary["returncode"] = proc.returncode
-    summary["run_dir"] = run_dir
-    return summary
-
-
-def fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+    return run_program(
+        "configs/apex_cartpole.py",
+        [
+            "--config.stop.when_solved=true",
+            f"--config.stop.max_wall_seconds={budget}",
+            "--config.stop.max_actor_steps=None",
+            *overrides,
+        ],
+        timeout=budget + 120,
+    )
 
 
 def main() -> None:
@@ -81,11 +54,7 @@ def main() -> None:
     parser.add_argument("--override", action="append", default=[], help="extra --config.* argument")
     args = parser.parse_args()
 
-    commit = git_commit(ROOT)
-    print(
-        f"apex bench/cartpole.py  commit {commit}  {platform.node()}  {os.cpu_count()} cpus",
-        flush=True,
-    )
+    print(header("bench/cartpole.py"), flush=True)
     runs = []
     for i in range(args.repeats):
         s = run_once(args.budget, args.override)
@@ -113,29 +82,16 @@ def main() -> None:
             f"env steps/s vs peer: {medians['env_steps_per_second'] / PEER['env_steps_per_second']:.1f}x"
         )
 
-    out_dir = os.path.join(ROOT, "bench", "results")
-    os.makedirs(out_dir, exist_ok=True)
-    short = (commit or "nocommit")[:12]
-    path = os.path.join(out_dir, f"cartpole-{short}.json")
-    with open(path, "w") as f:
-        json.dump(
-            {
-                "commit": commit,
-                "time": time.time(),
-                "machine": {
-                    "node": platform.node(),
-                    "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                },
-                "overrides": args.override,
-                "budget": args.budget,
-                "medians": medians,
-                "solved": solved,
-                "runs": runs,
-            },
-            f,
-            indent=2,
-        )
+    path = save_results(
+        "cartpole",
+        {
+            "overrides": args.override,
+            "budget": args.budget,
+            "medians": medians,
+            "solved": solved,
+            "runs": runs,
+        },
+    )
     print(f"wrote {path}")
 
 

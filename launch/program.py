@@ -1,4 +1,4 @@
-"""make_program(config) -> lp.Program: the Ape-X DQN program graph.
+"""make_program(config) -> lp.Program: the Ape-X DQN or R2D2 program graph.
 
 This is the only module of the tree that imports launchpad. Node classes here
 are thin: they wire apex objects to Launchpad's handles and stop event. Every
@@ -24,6 +24,8 @@ from absl import logging as absl_logging
 
 from apex.agents.dqn.acting import VectorActor
 from apex.agents.dqn.learning import DQNLearner
+from apex.agents.r2d2.acting import RecurrentActor
+from apex.agents.r2d2.learning import R2D2Learner
 from apex.config import ApexConfig, validate
 from apex.coordination import Coordinator
 from apex.envs import EnvSpec, env_spec
@@ -31,7 +33,7 @@ from apex.evaluation import Evaluator
 from apex.exploration import slot_epsilons
 from apex.metrics import MetricsWriter
 from apex.replay.tables import make_tables
-from apex.replay.writer import TransitionWriter
+from apex.replay.writer import SequenceWriter, TransitionWriter
 from apex.variables import StopRequested
 
 # A node still alive this long after a stop request prints every thread's stack
@@ -77,7 +79,8 @@ class LearnerNode:
         if run_dir:  # lets tools find the live replay: python -m tools.replay stats --run_dir=...
             with open(os.path.join(run_dir, "replay_address"), "w") as f:
                 f.write(replay.server_address + "\n")
-        self._learner = DQNLearner(
+        learner_class = R2D2Learner if config.agent == "r2d2" else DQNLearner
+        self._learner = learner_class(
             config,
             spec,
             replay.server_address,
@@ -126,11 +129,14 @@ class ActorNode:
             self._actor_id, e, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha
         )
         should_stop = _stop_requested()
-        with TransitionWriter(
+        r2d2 = c.agent == "r2d2"
+        writer_class = SequenceWriter if r2d2 else TransitionWriter
+        actor_class = RecurrentActor if r2d2 else VectorActor
+        with writer_class(
             self._replay, self._actor_id, eps, slot_offset=self._actor_id * e
         ) as writer:
             try:
-                actor = VectorActor(
+                actor = actor_class(
                     c,
                     self._actor_id,
                     self._learner,

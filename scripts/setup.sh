@@ -46,6 +46,6 @@ rm -rf .venv
 "$PY" -m venv .venv
 # Python 3.10's bundled pip (23.0) builds the dm-acme sdist with a deprecated path.
 .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
-.venv/bin/python -m pip install --quiet -c requirements-py310.lock.txt -e '.[dev]'
+.venv/bin/python -m pip install --quiet -c requirements-py310.lock.txt -e '.[dev,atari]'
 stamp_of > .venv/.apex-stamp
 echo "apex setup: done ($(.venv/bin/python -m pip --version | cut -d' ' -f1-2))"

@@ -15,7 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN_VAR = "APEX_TEST_RUN_TOKEN"
 
 
-def start_train(run_dir: str, *overrides: str) -> tuple[subprocess.Popen, str]:
+def start_train(
+    run_dir: str, *overrides: str, config: str = "configs/apex_cartpole.py"
+) -> tuple[subprocess.Popen, str]:
     """Starts `python -m launch.train` with a unique token in its environment."""
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
@@ -24,7 +26,7 @@ def start_train(run_dir: str, *overrides: str) -> tuple[subprocess.Popen, str]:
             sys.executable,
             "-m",
             "launch.train",
-            "--config=configs/apex_cartpole.py",
+            f"--config={config}",
             f"--config.run_dir={run_dir}",
             "--config.logging.progress_period_seconds=2",
             *overrides,
@@ -74,9 +76,11 @@ def kill_tree(proc: subprocess.Popen, token: str) -> None:
     proc.kill()
 
 
-def run_train(run_dir: str, *overrides: str, timeout: float) -> tuple[str, dict, str]:
+def run_train(
+    run_dir: str, *overrides: str, timeout: float, config: str = "configs/apex_cartpole.py"
+) -> tuple[str, dict, str]:
     """Runs the entry point to completion; asserts exit 0; returns (output, summary, token)."""
-    proc, token = start_train(run_dir, *overrides)
+    proc, token = start_train(run_dir, *overrides, config=config)
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:

@@ -18,9 +18,17 @@ from apex.errors import ConfigError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_default_and_shipped_configs_are_valid():
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        f
+        for f in os.listdir(os.path.join(ROOT, "configs"))
+        if f.endswith(".py") and not f.startswith("_")
+    ),
+)
+def test_default_and_shipped_configs_are_valid(name):
     validate(ApexConfig())
-    validate(load_config_file(os.path.join(ROOT, "configs", "apex_cartpole.py")))
+    validate(load_config_file(os.path.join(ROOT, "configs", name)))
 
 
 @pytest.mark.parametrize(
@@ -39,6 +47,16 @@ def test_default_and_shipped_configs_are_valid():
         ("learner.hidden_sizes", "()", "learner.hidden_sizes=()"),
         ("evaluation.episodes", "0", "evaluation.episodes=0"),
         ("stop.max_wall_seconds", "-1", "stop.max_wall_seconds=-1.0"),
+        ("agent", "r3d3", "agent='r3d3' is invalid: expected one of ['apex_dqn', 'r2d2']"),
+        ("env.preprocessing", "nes", "one of ['none', 'atari']"),
+        ("learner.torso", "resnet", "one of ['mlp', 'conv']"),
+        ("env.observation_indices", "(-1,)", "a non-empty tuple of integers >= 0"),
+        (
+            "r2d2.sequence_length",
+            "1",
+            "r2d2.sequence_length=1 is invalid: expected an integer >= 2",
+        ),
+        ("r2d2.priority_eta", "2", "a number in [0, 1]"),
     ],
 )
 def test_invalid_values_name_field_value_and_what_is_valid(path, value, fragment):
@@ -57,6 +75,22 @@ def test_min_size_above_capacity_is_refused_with_the_capacity_named():
         ConfigError, match=r"replay.min_size=1000 .* at most replay.capacity \(100\)"
     ):
         validate(c)
+
+
+@pytest.mark.parametrize(
+    "path,value,fragment",
+    [
+        ("r2d2.sequence_period", "100", "at most r2d2.sequence_length (80)"),
+        ("r2d2.burn_in", "79", "less than r2d2.sequence_length - 1 (79)"),
+    ],
+)
+def test_r2d2_sequence_settings_are_checked_together(path, value, fragment):
+    c = ApexConfig()
+    c.agent = "r2d2"
+    apply_override(c, path, value)
+    with pytest.raises(ConfigError) as err:
+        validate(c)
+    assert fragment in str(err.value) and err.value.field == path
 
 
 def test_error_buffer_smaller_than_a_batch_is_refused():
@@ -97,7 +131,7 @@ def test_overrides_parse_by_field_type():
             "3",
             "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, num_actors",
         ),
-        ("actr.num_actors", "3", "the config has: actor, env, evaluation"),
+        ("actr.num_actors", "3", "the config has: actor, agent, env, evaluation"),
         ("actor", "3", "is a section with"),
         ("actor.num_actors", "many", "actor.num_actors='many' is invalid: expected an integer"),
         ("stop.when_solved", "maybe", "a boolean"),

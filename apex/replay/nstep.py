@@ -127,11 +127,11 @@ class NStepAccumulator:
         if not out["obs"]:
             return None
         return {
-            "obs": np.stack(out["obs"]).astype(np.float32),
+            "obs": np.stack(out["obs"]),  # the env's dtype: uint8 images stay uint8
             "action": np.asarray(out["action"], np.int32),
             "reward": np.asarray(out["reward"], np.float32),
             "discount": np.asarray(out["discount"], np.float32),
-            "next_obs": np.stack(out["next_obs"]).astype(np.float32),
+            "next_obs": np.stack(out["next_obs"]),
             "slot": np.asarray(out["slot"], np.int32),
             "version": np.asarray(out["version"], np.int64),
             "td": np.asarray(out["td"], np.float32),

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from apex.agents.dqn.networks import numpy_q_values
+from apex.agents.policy import ActingPolicy
 from apex.config import ApexConfig
-from apex.envs import make_env, to_observation
+from apex.envs import make_env, spec_of, to_observation
 from apex.exploration import slot_epsilons
 from apex.metrics import MetricsWriter
 from apex.replay.nstep import NStepAccumulator
@@ -54,14 +54,14 @@ class VectorActor:
             config.actor.epsilon_alpha,
         )
         self._rng = np.random.default_rng(config.seed + 7919 * (actor_id + 1))
-        self._acc = NStepAccumulator(e, config.replay.n_step, config.replay.discount)
+        self._acc = self._make_accumulator()
         self._writer = writer
         self._coordinator = coordinator
         self._metrics = metrics
         self._variables = VariableClient(
             variable_source, config.actor.params_update_period, should_stop=should_stop
         )
-        self._dueling = config.learner.dueling
+        self._policy = ActingPolicy(config, spec_of(self._envs[0]))
         self._num_actions = self._envs[0].action_space.n
         obs = []
         for j, env in enumerate(self._envs):
@@ -81,15 +81,39 @@ class VectorActor:
     def epsilons(self) -> np.ndarray:
         return self._epsilons
 
+    def _make_accumulator(self):
+        return NStepAccumulator(
+            self._num_envs, self._config.replay.n_step, self._config.replay.discount
+        )
+
+    def _sync_weights(self) -> bool:
+        """Loads newly arrived weights into the policy; True if it did."""
+        self._variables.maybe_update(self.env_steps)
+        if not self._variables.changed:
+            return False
+        self._policy.set_weights(self._variables.weights)
+        self._variables.changed = False
+        return True
+
     def _forward(self, obs: np.ndarray) -> np.ndarray:
-        return numpy_q_values(self._variables.weights, obs, self._dueling)
+        return self._policy(obs)[0]
+
+    def _write(self, batch: dict[str, np.ndarray], td: np.ndarray) -> int:
+        r = self._config.replay
+        prios = initial_priorities(
+            td,
+            r.insert_priority,
+            epsilon=r.priority_epsilon,
+            constant=r.constant_priority,
+            max_seen=self._variables.max_priority,
+        )
+        self._writer.write(batch, prios)
+        return len(prios)
 
     def step(self) -> int:
         """One vector step of every env; returns the number of transitions written."""
-        self._variables.maybe_update(self.env_steps)
-        if self._q is None or self._variables.changed:
+        if self._sync_weights() or self._q is None:
             self._q = self._forward(self._obs)
-            self._variables.changed = False
         q = self._q
         e = self._num_envs
         greedy = q.argmax(axis=1)
@@ -133,29 +157,20 @@ class VectorActor:
             next_obs,
             next_value,
         )
-        written = 0
-        if batch is not None:
-            r = self._config.replay
-            prios = initial_priorities(
-                batch["td"],
-                r.insert_priority,
-                epsilon=r.priority_epsilon,
-                constant=r.constant_priority,
-                max_seen=self._variables.max_priority,
-            )
-            self._writer.write(batch, prios)
-            written = len(prios)
-        self._episode_return += rewards
-        for j in reset_obs:
-            ret = float(self._episode_return[j])
-            self._recent_returns.append(ret)
-            self._episode_return[j] = 0.0
-            self.episodes += 1
+        written = 0 if batch is None else self._write(batch, batch["td"])
+        self._end_episodes(rewards, reset_obs)
         self._obs = acting_obs
         self._q = q_next
         self.env_steps += e
         self.items_written += written
         return written
+
+    def _end_episodes(self, rewards: np.ndarray, ended) -> None:
+        self._episode_return += rewards
+        for j in ended:
+            self._recent_returns.append(float(self._episode_return[j]))
+            self._episode_return[j] = 0.0
+            self.episodes += 1
 
     def run(self, should_stop: Callable[[], bool], max_steps: int | None = None) -> None:
         """Steps until `should_stop()` (checked every vector step) or max_steps env steps."""

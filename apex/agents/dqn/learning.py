@@ -13,14 +13,14 @@ import reverb
 import tensorflow as tf
 
 from apex.agents.dqn.losses import double_q_td, huber
-from apex.agents.dqn.networks import QNetwork
 from apex.agents.dqn.optim import Adam
+from apex.agents.policy import make_network
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
 from apex.metrics import MetricsWriter
 from apex.replay.dataset import make_dataset
 from apex.replay.priorities import PriorityUpdater
-from apex.replay.tables import transition_signature
+from apex.replay.tables import item_signature, table_name
 
 
 class DQNLearner:
@@ -41,20 +41,15 @@ class DQNLearner:
     ):
         self._config = config
         lc = config.learner
-        obs_dim = int(np.prod(spec.observation_shape))
-        self._online = QNetwork(
-            obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed
-        )
-        self._target = QNetwork(
-            obs_dim, spec.num_actions, lc.hidden_sizes, lc.dueling, seed=lc.seed
-        )
+        self._online = make_network(config, spec, seed=lc.seed)
+        self._target = make_network(config, spec, seed=lc.seed)
         self._target.set_weights(self._online.get_weights())
         self._optimizer = Adam(
             list(self._online.weights), lc.learning_rate, epsilon=lc.adam_epsilon
         )
         self._address = replay_address
         self._client = reverb.Client(replay_address)
-        self._signature = transition_signature(spec)
+        self._signature = item_signature(config, spec)
         self._dataset = make_dataset(
             replay_address,
             self._signature,
@@ -62,9 +57,12 @@ class DQNLearner:
             num_workers=lc.num_sample_workers,
             prefetch=lc.prefetch_batches,
             in_flight_batches=lc.in_flight_batches,
+            table=table_name(config),
         )
         self._iterator = iter(self._dataset)
-        self._updater = PriorityUpdater(self._client, merge=lc.priority_update_period)
+        self._updater = PriorityUpdater(
+            self._client, merge=lc.priority_update_period, table=table_name(config)
+        )
         self._coordinator = coordinator
         self._metrics = metrics
         self._beta = float(lc.importance_exponent)
@@ -83,14 +81,24 @@ class DQNLearner:
         self._should_stop: Callable[[], bool] | None = None
 
     # ------------------------------------------------------------------ SGD
+    def _importance_weights(self, info) -> tf.Tensor:
+        size = tf.cast(info.table_size, tf.float64)
+        w = tf.pow(size * info.probability, -self._beta)
+        return tf.cast(w / tf.reduce_max(w), tf.float32)
+
+    def _apply_gradients(self, tape: tf.GradientTape, loss: tf.Tensor) -> tf.Tensor:
+        variables = self._online.weights
+        grads = tape.gradient(loss, variables)
+        grads, grad_norm = tf.clip_by_global_norm(grads, self._config.learner.max_grad_norm)
+        self._optimizer.apply(grads, variables)
+        return grad_norm
+
     @tf.function
     def _sgd(self, iterator):
         sample = next(iterator)
         data = sample.data
         info = sample.info
-        size = tf.cast(info.table_size, tf.float64)
-        w = tf.pow(size * info.probability, -self._beta)
-        w = tf.cast(w / tf.reduce_max(w), tf.float32)
+        w = self._importance_weights(info)
         with tf.GradientTape() as tape:
             q_tm1 = self._online(data["obs"])
             q_t_online = self._online(data["next_obs"])
@@ -99,10 +107,7 @@ class DQNLearner:
                 q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target
             )
             loss = tf.reduce_mean(w * huber(td, self._config.learner.huber_delta))
-        variables = self._online.weights
-        grads = tape.gradient(loss, variables)
-        grads, grad_norm = tf.clip_by_global_norm(grads, self._config.learner.max_grad_norm)
-        self._optimizer.apply(grads, variables)
+        grad_norm = self._apply_gradients(tape, loss)
         return {
             "keys": info.key,
             "priorities": tf.abs(td) + self._eps,

@@ -1,0 +1,94 @@
+"""Q-values for actors and the evaluator, from the learner's flat weight list.
+
+MLP torsos run in numpy (20x faster than a small-batch tf.function here);
+conv torsos run in a local TF copy of the network. Recurrent policies carry
+an (h, c) state per env slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from apex.agents import layers
+from apex.config import ApexConfig
+from apex.envs import EnvSpec
+
+State = tuple[np.ndarray, np.ndarray]
+
+
+def make_network(config: ApexConfig, spec: EnvSpec, seed: int = 0) -> tf.Module:
+    """The Q-network of `config`: QNetwork or RecurrentQNetwork."""
+    lc = config.learner
+    if config.agent == "r2d2":
+        from apex.agents.r2d2.networks import RecurrentQNetwork
+
+        return RecurrentQNetwork(
+            spec.observation_shape,
+            spec.num_actions,
+            lc.hidden_sizes,
+            config.r2d2.lstm_size,
+            dueling=lc.dueling,
+            seed=seed,
+            torso=lc.torso,
+        )
+    from apex.agents.dqn.networks import QNetwork
+
+    return QNetwork(
+        spec.observation_shape,
+        spec.num_actions,
+        lc.hidden_sizes,
+        dueling=lc.dueling,
+        seed=seed,
+        torso=lc.torso,
+    )
+
+
+class ActingPolicy:
+    """q, state = policy(obs, state): Q-values [E, A] of a batch of observations.
+
+    Call set_weights() with the learner's weights before the first call.
+    """
+
+    def __init__(self, config: ApexConfig, spec: EnvSpec):
+        self.recurrent = config.agent == "r2d2"
+        self._dueling = config.learner.dueling
+        self._lstm_size = config.r2d2.lstm_size
+        self._num_torso = layers.num_torso_arrays(config.learner.torso, config.learner.hidden_sizes)
+        self._weights: list[np.ndarray] | None = None
+        self._net: tf.Module | None = None
+        if config.learner.torso != "mlp":
+            self._net = make_network(config, spec)
+            if self.recurrent:
+                self._tf_step = tf.function(self._net.step)
+            else:
+                self._tf_step = tf.function(self._net.__call__)
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        if self._net is not None:
+            self._net.set_weights(weights)
+        else:
+            self._weights = [np.asarray(w, np.float32) for w in weights]
+
+    def initial_state(self, batch_size: int) -> State | None:
+        if not self.recurrent:
+            return None
+        zeros = np.zeros((batch_size, self._lstm_size), np.float32)
+        return zeros, zeros.copy()
+
+    def __call__(self, obs: np.ndarray, state: State | None = None):
+        if self._net is not None:
+            if self.recurrent:
+                q, (h, c) = self._tf_step(obs, state)
+                return q.numpy(), (h.numpy(), c.numpy())
+            return self._tf_step(obs).numpy(), None
+        assert self._weights is not None, "set_weights() first"
+        if self.recurrent:
+            from apex.agents.r2d2.networks import numpy_recurrent_step
+
+            return numpy_recurrent_step(self._weights, obs, state, self._num_torso, self._dueling)
+        from apex.agents.dqn.networks import numpy_q_values
+
+        return numpy_q_values(self._weights, obs, self._dueling), None

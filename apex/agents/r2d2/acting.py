@@ -1,0 +1,100 @@
+"""The R2D2 actor: a vector of epsilon-greedy envs with one recurrent state
+per slot, one batched forward pass per step, overlapping sequences out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from apex.agents.dqn.acting import VectorActor
+from apex.agents.r2d2.losses import sequence_priorities_np, sequence_td_np, train_mask_np
+from apex.envs import to_observation
+from apex.replay.sequences import SequenceAccumulator
+
+
+class RecurrentActor(VectorActor):
+    """Steps `envs_per_actor` envs with an LSTM policy; writes prioritized sequences.
+
+    Same arguments as VectorActor; `writer` is a SequenceWriter. Initial
+    priorities are computed here from the actor's own Q-values with R2D2's
+    eta mixture (replay.insert_priority='actor_td').
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._state = self._policy.initial_state(self._num_envs)
+        self._discount = float(self._config.replay.discount)
+
+    def _make_accumulator(self):
+        q = self._config.r2d2
+        return SequenceAccumulator(
+            self._num_envs,
+            q.sequence_length,
+            q.sequence_period,
+            q.burn_in,
+            q.skip_burn_in_at_episode_start,
+        )
+
+    def sequence_td(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """The eta-mixed |TD| of each sequence of `batch`, from the actor's Q-values."""
+        q = self._config.r2d2
+        td, valid = sequence_td_np(
+            batch["q"],
+            batch["action"],
+            batch["reward"],
+            batch["discount"],
+            batch["mask"],
+            self._config.replay.n_step,
+            q.value_rescaling,
+            q.value_rescaling_epsilon,
+        )
+        weight = train_mask_np(
+            valid, batch["start_step"], q.burn_in, q.skip_burn_in_at_episode_start
+        )
+        return sequence_priorities_np(td, weight, q.priority_eta)
+
+    def step(self) -> int:
+        """One vector step of every env; returns the number of sequences written."""
+        self._sync_weights()
+        e = self._num_envs
+        state = self._state
+        q, next_state = self._policy(self._obs, state)
+        greedy = q.argmax(axis=1)
+        explore = self._rng.random(e) < self._epsilons
+        actions = np.where(explore, self._rng.integers(0, self._num_actions, size=e), greedy)
+        rewards = np.empty(e, np.float32)
+        discounts = np.full(e, self._discount, np.float32)
+        done = np.zeros(e, bool)
+        next_obs = np.empty_like(self._obs)
+        ended = []
+        for j, env in enumerate(self._envs):
+            o, r, term, trunc, _ = env.step(int(actions[j]))
+            rewards[j] = r
+            if term:
+                discounts[j] = 0.0
+            if term or trunc:
+                done[j] = True
+                ended.append(j)
+                o, _ = env.reset()
+            next_obs[j] = to_observation(o)
+        batch = self._acc.add(
+            self._obs,
+            actions,
+            rewards,
+            discounts,
+            q,
+            state,
+            np.full(e, self._variables.version),
+            done,
+        )
+        h, c = next_state
+        if ended:  # a new episode starts from the zero state
+            h, c = h.copy(), c.copy()
+            h[ended] = 0.0
+            c[ended] = 0.0
+        self._state = (h, c)
+        written = 0 if batch is None else self._write(batch, self.sequence_td(batch))
+        self._end_episodes(rewards, ended)
+        self._obs = next_obs
+        self.env_steps += e
+        self.items_written += written
+        return written

@@ -1,0 +1,142 @@
+"""The recurrent Q-network: torso -> LSTM -> (dueling) head.
+
+One weight list serves the learner (TF, unrolled over sequences), the actors
+and the evaluator (one step at a time; numpy for MLP torsos):
+  [torso arrays..., W_lstm [D + H, 4H], b_lstm [4H], head arrays...]
+Gates are ordered (input, forget, cell, output); the forget bias starts at 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from apex.agents import layers
+
+State = tuple[np.ndarray, np.ndarray]
+
+
+class RecurrentQNetwork(tf.Module):
+    """Q-network with an LSTM core: (obs, state) -> (Q, next state).
+
+    Args:
+      obs_shape: one observation's shape.
+      num_actions: size of the Discrete action space.
+      hidden_sizes: dense ReLU layers of the torso (after the convs for 'conv').
+      lstm_size: LSTM units H.
+      dueling: value + advantage head.
+      torso: 'mlp' or 'conv'.
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        hidden_sizes: Sequence[int],
+        lstm_size: int,
+        dueling: bool = False,
+        seed: int = 0,
+        torso: str = "mlp",
+        name: str = "recurrent_q_network",
+    ):
+        super().__init__(name=name)
+        self.torso = torso
+        self.dueling = dueling
+        self.lstm_size = int(lstm_size)
+        self.num_actions = num_actions
+        rng = np.random.default_rng(seed)
+        arrays, size = layers.torso_weights(torso, tuple(obs_shape), hidden_sizes, rng)
+        self._num_torso = len(arrays)
+        h = self.lstm_size
+        bias = np.zeros(4 * h, np.float32)
+        bias[h : 2 * h] = 1.0
+        arrays += [layers.glorot(rng, size + h, 4 * h), bias]
+        arrays += layers.head_weights(h, num_actions, dueling, rng)
+        self.weights: list[tf.Variable] = [tf.Variable(a) for a in arrays]
+
+    def initial_state(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+        zeros = tf.zeros([batch_size, self.lstm_size])
+        return zeros, zeros
+
+    def unroll(
+        self,
+        obs: tf.Tensor,
+        state: tuple[tf.Tensor, tf.Tensor],
+        burn_in: int = 0,
+        keep_gradient: tf.Tensor | None = None,
+    ) -> tf.Tensor:
+        """Q-values [B, T, A] of observation sequences [B, T, ...] from `state`.
+
+        After the first `burn_in` steps the state is cut from the gradient
+        (tf.stop_gradient) in every row, except rows where `keep_gradient` [B]
+        is True: there the burn-in steps are trained like the others.
+        """
+        k = self._num_torso
+        w = self.weights
+        batch, steps = tf.shape(obs)[0], obs.shape[1]
+        flat = tf.reshape(obs, tf.concat([[batch * steps], tf.shape(obs)[2:]], 0))
+        feats = layers.torso_tf(self.torso, w[:k], flat)
+        d = feats.shape[-1]
+        w_x, w_h, b = w[k][:d], w[k][d:], w[k + 1]
+        # The input projection of every step in one matmul; only h @ W_h is sequential.
+        xw = tf.reshape(tf.matmul(feats, w_x) + b, [batch, steps, 4 * self.lstm_size])
+        h, c = state
+        outputs = []
+        for t in range(steps):
+            if t == burn_in and burn_in > 0:
+                keep = keep_gradient if keep_gradient is not None else tf.zeros([batch], tf.bool)
+                h = tf.where(keep[:, None], h, tf.stop_gradient(h))
+                c = tf.where(keep[:, None], c, tf.stop_gradient(c))
+            h, c = _lstm_tf(xw[:, t], h, c, w_h)
+            outputs.append(h)
+        out = tf.stack(outputs, axis=1)  # [B, T, H]
+        q = layers.head_tf(w[k + 2 :], tf.reshape(out, [-1, self.lstm_size]), self.dueling)
+        return tf.reshape(q, [batch, steps, self.num_actions])
+
+    def step(self, obs: tf.Tensor, state: tuple[tf.Tensor, tf.Tensor]):
+        """(Q [B, A], next state) of one step."""
+        k = self._num_torso
+        w = self.weights
+        feats = layers.torso_tf(self.torso, w[:k], obs)
+        d = feats.shape[-1]
+        h, c = _lstm_tf(tf.matmul(feats, w[k][:d]) + w[k + 1], *state, w[k][d:])
+        return layers.head_tf(w[k + 2 :], h, self.dueling), (h, c)
+
+    def get_weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.weights]
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        for v, a in zip(self.weights, weights):
+            v.assign(a)
+
+
+def _lstm_tf(xw: tf.Tensor, h: tf.Tensor, c: tf.Tensor, w_h: tf.Tensor):
+    z = xw + tf.matmul(h, w_h)
+    i, f, g, o = tf.split(z, 4, axis=-1)
+    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+    return tf.sigmoid(o) * tf.tanh(c), c
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # no overflow warnings for large |x|
+
+
+def numpy_recurrent_step(
+    weights: Sequence[np.ndarray],
+    obs: np.ndarray,
+    state: State,
+    num_torso_arrays: int,
+    dueling: bool = False,
+) -> tuple[np.ndarray, State]:
+    """RecurrentQNetwork.step with an MLP torso, in numpy (float32)."""
+    k = num_torso_arrays
+    x = layers.torso_np(weights[:k], obs)
+    d = x.shape[1]
+    h, c = state
+    z = x @ weights[k][:d] + h @ weights[k][d:] + weights[k + 1]
+    i, f, g, o = np.split(z, 4, axis=1)
+    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    h = _sigmoid(o) * np.tanh(c)
+    return layers.head_np(weights[k + 2 :], h, dueling), (h, c)

@@ -1,0 +1,72 @@
+"""Shared by the whole-program benchmarks: run the entry point, save results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from apex.run_dir import git_commit  # noqa: E402
+
+
+def run_program(config: str, overrides: list[str], timeout: float) -> dict:
+    """Runs `python -m launch.train --config=config` (local_mp) to its end; returns
+    summary.json plus process_seconds, returncode and run_dir."""
+    run_dir = tempfile.mkdtemp(prefix="apex-bench-")
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.train",
+        f"--config={config}",
+        f"--config.run_dir={run_dir}",
+        "--config.logging.progress_period_seconds=10",
+        *overrides,
+    ]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    summary["process_seconds"] = time.time() - t0
+    summary["returncode"] = proc.returncode
+    summary["run_dir"] = run_dir
+    return summary
+
+
+def fmt(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+
+
+def header(script: str) -> str:
+    commit = git_commit(ROOT)
+    return f"apex {script}  commit {commit}  {platform.node()}  {os.cpu_count()} cpus"
+
+
+def save_results(name: str, payload: dict) -> str:
+    """Writes bench/results/<name>-<commit>.json with the commit and the machine."""
+    commit = git_commit(ROOT)
+    out_dir = os.path.join(ROOT, "bench", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}-{(commit or 'nocommit')[:12]}.json")
+    record = {
+        "commit": commit,
+        "time": time.time(),
+        "machine": {
+            "node": platform.node(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        **payload,
+    }
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2)
+    return path
