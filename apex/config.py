@@ -207,6 +207,16 @@ class LoggingConfig:
     """Seconds between two progress lines (0 disables them)."""
     metrics_period_seconds: float = 1.0
     """Seconds between two metrics rows per component."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files to RUN_DIR/tensorboard/<component>."""
+    heartbeat_period_seconds: float = 1.0
+    """Seconds between two heartbeats of a node (RUN_DIR/heartbeats; 0 disables)."""
+    stall_seconds: float = 30.0
+    """A learner waiting for samples, or an actor held in an insert, this long
+    makes the coordinator log a named reason with the rate limiter's numbers."""
+    epsilon_bands: tuple[float, ...] = (0.01, 0.1)
+    """Band edges for per-epsilon-band returns and sample shares: (0.01, 0.1)
+    gives bands eps < 0.01, 0.01 <= eps < 0.1 and eps >= 0.1."""
 
 
 @dataclasses.dataclass
@@ -299,6 +309,8 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("stop.max_wall_seconds", "num>0", True),
     ("logging.progress_period_seconds", "num>=0", False),
     ("logging.metrics_period_seconds", "num>0", False),
+    ("logging.heartbeat_period_seconds", "num>=0", False),
+    ("logging.stall_seconds", "num>0", False),
     ("seed", "int>=0", False),
 )
 
@@ -417,6 +429,15 @@ def validate(config: ApexConfig) -> None:
         "stop",
         "no limit",
         "at least one of stop.max_actor_steps, stop.max_learner_steps, stop.max_wall_seconds, stop.when_solved",
+    )
+    bands = c.logging.epsilon_bands
+    _check(
+        isinstance(bands, (tuple, list))
+        and all(_is_num(b) and 0 < b < 1 for b in bands)
+        and list(bands) == sorted(set(bands)),
+        "logging.epsilon_bands",
+        bands,
+        "a tuple of increasing numbers in (0, 1), e.g. (0.01, 0.1), or ()",
     )
     _check(isinstance(c.run_dir, str), "run_dir", c.run_dir, "a path string")
 

@@ -11,7 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from apex.config import ApexConfig
+from apex.doctor import diagnose
+from apex.heartbeat import read_heartbeats
+from apex.jsonio import write_json_atomic
 from apex.metrics import MetricsWriter
+from apex.replay.inspect import stats_from_server_info
 
 SUMMARY_KEYS = (
     "env_steps",
@@ -25,15 +29,6 @@ SUMMARY_KEYS = (
     "solved_at_wall_seconds",
     "solved_at_env_steps",
 )
-
-
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Writes JSON to `path` through a temporary file and a rename (never half-written)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 class Coordinator:
@@ -80,6 +75,9 @@ class Coordinator:
         self._learner_row: dict[str, Any] = {}
         self._eval: dict[str, Any] | None = None
         self._best: tuple[float, float, int] | None = None  # (return, wall s, env steps)
+        self._table_stats: list[dict[str, Any]] = []
+        self._reported: dict[tuple[str, str], float] = {}
+        self.findings: list[Any] = []
         self._solved_at: tuple[float, int] | None = None
         self._replay_info: dict[str, float] = {}
         self.stop_reason: str | None = None
@@ -145,6 +143,7 @@ class Coordinator:
             info = self._replay.server_info(timeout=2)
         except Exception:  # noqa: BLE001 - the server may be gone at shutdown
             return
+        self._table_stats = stats_from_server_info(info)
         for table in info.values():
             rl = table.rate_limiter_info
             inserts = rl.insert_stats.completed
@@ -247,6 +246,7 @@ class Coordinator:
                 last_env, last_learner, last_metrics = self.env_steps, self._learner_steps, now
                 self._write_metrics(rates)
                 self._write_state()
+                self.check_health(now)
             if lc.progress_period_seconds and now - last_progress >= lc.progress_period_seconds:
                 print(self.progress_line(rates), file=self._out, flush=True)
                 last_progress = now
@@ -268,6 +268,28 @@ class Coordinator:
         self._poll_replay()
         self.write_summary()
 
+    def check_health(self, now: float | None = None) -> list[Any]:
+        """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""
+        if not self._run_dir:
+            return []
+        now = time.time() if now is None else now
+        table = self._table_stats[0] if self._table_stats else None
+        self.findings = diagnose(
+            read_heartbeats(self._run_dir), table, self._config.logging.stall_seconds, now
+        )
+        active = set()
+        for f in self.findings:
+            key = (f.reason, f.node)
+            active.add(key)
+            if now - self._reported.get(key, -1e18) >= 60.0:
+                self._reported[key] = now
+                line = f"[apex doctor] {f}"
+                print(line, file=self._out, flush=True)
+                with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
+                    log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        self._reported = {k: v for k, v in self._reported.items() if k in active}
+        return self.findings
+
     def _write_metrics(self, rates: dict[str, float]) -> None:
         if self._metrics is None:
             return
@@ -282,6 +304,7 @@ class Coordinator:
             "replay/samples": r.get("samples"),
             "replay/samples_per_insert": r.get("samples_per_insert"),
             "replay/unique_samples": r.get("unique_samples"),
+            "coordinator/stall_findings": len(self.findings),
         }
         with self._lock:
             if self._recent_returns:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from apex import heartbeat as hb
 from apex.agents.policy import ActingPolicy
 from apex.config import ApexConfig
 from apex.envs import env_spec, make_env, to_observation
@@ -62,8 +63,10 @@ class Evaluator:
         variable_source: Any,
         coordinator: Any = None,
         metrics: MetricsWriter | None = None,
+        heartbeat: hb.Heartbeat | None = None,
     ):
         self._config = config
+        self._heartbeat = heartbeat
         self._source = variable_source
         self._coordinator = coordinator
         self._metrics = metrics
@@ -73,6 +76,8 @@ class Evaluator:
 
     def evaluate_once(self) -> dict[str, float]:
         ec = self._config.evaluation
+        if self._heartbeat is not None:
+            self._heartbeat.enter(hb.EVALUATING)
         version, weights, _ = self._source.get_variables()
         t0 = time.time()
         self._policy.set_weights([np.asarray(w) for w in weights])
@@ -84,6 +89,8 @@ class Evaluator:
             seed=self._config.seed + 10_000_000 + 1000 * self.evaluations,
         )
         self.evaluations += 1
+        if self._heartbeat is not None:
+            self._heartbeat.enter(hb.IDLE)
         row = {
             "evaluator/return_mean": float(returns.mean()),
             "evaluator/return_min": float(returns.min()),

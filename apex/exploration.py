@@ -29,3 +29,22 @@ def slot_epsilons(
     """The epsilons of one actor's env slots."""
     ladder = apex_epsilons(num_actors * envs_per_actor, base, alpha)
     return ladder[actor_id * envs_per_actor : (actor_id + 1) * envs_per_actor]
+
+
+def epsilon_bands(epsilons: np.ndarray, edges: tuple[float, ...] | list[float]) -> np.ndarray:
+    """Band index of each epsilon: 0 below edges[0], i for edges[i-1] <= eps < edges[i].
+
+    Example:
+        >>> epsilon_bands(np.array([0.001, 0.05, 0.4]), (0.01, 0.1)).tolist()
+        [0, 1, 2]
+    """
+    return np.searchsorted(np.asarray(edges, np.float64), np.asarray(epsilons), side="right")
+
+
+def band_labels(edges: tuple[float, ...] | list[float]) -> list[str]:
+    """Human-readable bands: ['eps<0.01', '0.01<=eps<0.1', 'eps>=0.1'] for (0.01, 0.1)."""
+    if not edges:
+        return ["all"]
+    labels = [f"eps<{edges[0]:g}"]
+    labels += [f"{a:g}<=eps<{b:g}" for a, b in zip(edges[:-1], edges[1:])]
+    return labels + [f"eps>={edges[-1]:g}"]

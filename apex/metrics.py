@@ -1,13 +1,20 @@
-"""Metrics: one JSONL file per component in RUN_DIR/metrics, flushed row by row.
+"""Metrics: per component, three files in the run directory, written row by row.
+
+  RUN_DIR/metrics/<name>.jsonl       one JSON object per row (what tools read)
+  RUN_DIR/metrics/<name>.csv         long format: time,step,key,value
+  RUN_DIR/tensorboard/<name>/        TensorBoard event files (scalars)
 
 Every row has `time` (unix seconds) and keys `<component>/<metric>`; every key
-is documented in docs/metrics.md.
+is documented in docs/metrics.md. Files are flushed after every row, so they
+can be read (and TensorBoard pointed at RUN_DIR/tensorboard) while the run goes.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import numbers
 import os
 import threading
 import time
@@ -23,29 +30,84 @@ def _clean(v: Any) -> Any:
 
 
 class MetricsWriter:
-    """Appends rows to RUN_DIR/metrics/<name>.jsonl (no-op when run_dir is empty)."""
+    """Appends rows for component `name` (no-op when run_dir is empty).
 
-    def __init__(self, run_dir: str | None, name: str):
+    Args:
+      run_dir: the run directory ('' or None: write nothing).
+      name: the component, e.g. 'learner' or 'actor_0'.
+      step_key: the row key used as TensorBoard's and the CSV's step (e.g.
+        'learner/steps'); rows without it reuse the last step seen.
+      tensorboard: also write TensorBoard event files.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | None,
+        name: str,
+        step_key: str | None = None,
+        tensorboard: bool = True,
+    ):
         self.name = name
         self.path = os.path.join(run_dir, "metrics", f"{name}.jsonl") if run_dir else None
+        self._step_key = step_key
+        self._step = 0
         self._lock = threading.Lock()
         self._file = None
+        self._csv_file = None
+        self._csv = None
+        self._events = None
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
+            csv_path = os.path.join(run_dir, "metrics", f"{name}.csv")
+            new = not os.path.exists(csv_path)
+            self._csv_file = open(csv_path, "a", newline="", buffering=1)  # noqa: SIM115
+            self._csv = csv.writer(self._csv_file)
+            if new:
+                self._csv.writerow(["time", "step", "key", "value"])
+            if tensorboard:
+                from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+                self._events = EventFileWriter(os.path.join(run_dir, "tensorboard", name))
 
     def write(self, row: dict[str, Any]) -> None:
         if self._file is None:
             return
-        data = {"time": time.time(), **{k: _clean(v) for k, v in row.items()}}
+        now = time.time()
+        data = {"time": now, **{k: _clean(v) for k, v in row.items()}}
+        if self._step_key is not None and isinstance(data.get(self._step_key), numbers.Number):
+            self._step = int(data[self._step_key])
+        scalars = [
+            (k, float(v))
+            for k, v in data.items()
+            if k != "time" and isinstance(v, numbers.Number) and not isinstance(v, bool)
+        ]
         with self._lock:
+            if self._file is None:
+                return
             self._file.write(json.dumps(data) + "\n")
+            for k, v in scalars:
+                self._csv.writerow([f"{now:.3f}", self._step, k, repr(v)])
+            if self._events is not None and scalars:
+                self._events.add_event(_event(now, self._step, scalars))
+                self._events.flush()
 
     def close(self) -> None:
-        if self._file is not None:
-            with self._lock:
-                self._file.close()
-                self._file = None
+        with self._lock:
+            for f in (self._file, self._csv_file):
+                if f is not None:
+                    f.close()
+            if self._events is not None:
+                self._events.close()
+            self._file = self._csv_file = self._csv = self._events = None
+
+
+def _event(wall_time: float, step: int, scalars: list[tuple[str, float]]):
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    values = [Summary.Value(tag=k, simple_value=v) for k, v in scalars]
+    return Event(wall_time=wall_time, step=step, summary=Summary(value=values))
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:

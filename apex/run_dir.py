@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from apex.config import to_dict
-from apex.coordination import write_json_atomic
 from apex.errors import ConfigError
+from apex.jsonio import write_json_atomic
 
 PACKAGES = (
     "apex",

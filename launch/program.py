@@ -22,6 +22,7 @@ import time
 import launchpad as lp
 from absl import logging as absl_logging
 
+from apex import heartbeat as hb
 from apex.agents.dqn.acting import VectorActor
 from apex.agents.dqn.learning import DQNLearner
 from apex.agents.r2d2.acting import RecurrentActor
@@ -71,6 +72,16 @@ def _quiet_logs() -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)
 
 
+def _metrics(config: ApexConfig, run_dir: str, name: str, step_key: str) -> MetricsWriter:
+    return MetricsWriter(run_dir, name, step_key=step_key, tensorboard=config.logging.tensorboard)
+
+
+def _heartbeat(config: ApexConfig, run_dir: str, name: str, counters) -> hb.Heartbeat:
+    """The node's heartbeat; also lets SIGUSR1 dump this process's stacks to RUN_DIR/stacks."""
+    hb.register_stack_dump(run_dir, name)
+    return hb.Heartbeat(run_dir, name, config.logging.heartbeat_period_seconds, counters)
+
+
 class LearnerNode:
     """Learner + variable source. Public methods are courier RPCs."""
 
@@ -80,17 +91,26 @@ class LearnerNode:
             with open(os.path.join(run_dir, "replay_address"), "w") as f:
                 f.write(replay.server_address + "\n")
         learner_class = R2D2Learner if config.agent == "r2d2" else DQNLearner
+        self._heartbeat = _heartbeat(config, run_dir, "learner", self._counters)
         self._learner = learner_class(
             config,
             spec,
             replay.server_address,
             coordinator=coordinator,
-            metrics=MetricsWriter(run_dir, "learner"),
+            metrics=_metrics(config, run_dir, "learner", "learner/steps"),
+            heartbeat=self._heartbeat,
         )
 
     def run(self) -> None:
-        self._learner.run(_stop_requested())
-        self._learner.drain(REPLAY_STOP_GRACE_SECONDS)
+        try:
+            self._learner.run(_stop_requested())
+            self._learner.drain(REPLAY_STOP_GRACE_SECONDS)
+        finally:
+            self._heartbeat.close()
+
+    def _counters(self) -> dict:
+        learner = getattr(self, "_learner", None)
+        return {"steps": learner.steps} if learner is not None else {}
 
     def step(self) -> dict[str, float]:
         return self._learner.step()
@@ -132,6 +152,14 @@ class ActorNode:
         r2d2 = c.agent == "r2d2"
         writer_class = SequenceWriter if r2d2 else TransitionWriter
         actor_class = RecurrentActor if r2d2 else VectorActor
+        holder: dict = {}
+
+        def counters() -> dict:
+            a = holder.get("actor")
+            return {"env_steps": a.env_steps, "items_inserted": a.items_written} if a else {}
+
+        beat = _heartbeat(c, self._run_dir, f"actor_{self._actor_id}", counters)
+        beat.enter(hb.WAITING_PARAMS)
         with writer_class(
             self._replay, self._actor_id, eps, slot_offset=self._actor_id * e
         ) as writer:
@@ -142,11 +170,17 @@ class ActorNode:
                     self._learner,
                     writer,
                     coordinator=self._coordinator,
-                    metrics=MetricsWriter(self._run_dir, f"actor_{self._actor_id}"),
+                    metrics=_metrics(
+                        c, self._run_dir, f"actor_{self._actor_id}", "actor/env_steps"
+                    ),
                     should_stop=should_stop,
+                    heartbeat=beat,
                 )
             except StopRequested:
+                beat.close()
                 return
+            holder["actor"] = actor
+            beat.enter(hb.ACTING)
             try:
                 actor.run(should_stop)
             except Exception:
@@ -155,17 +189,28 @@ class ActorNode:
                 raise
             finally:
                 actor.close()
+                beat.close()
 
 
 class EvaluatorNode:
     def __init__(self, config: ApexConfig, learner, coordinator, run_dir: str):
         _quiet_logs()
+        self._heartbeat = _heartbeat(
+            config, run_dir, "evaluator", lambda: {"evaluations": self._evaluator.evaluations}
+        )
         self._evaluator = Evaluator(
-            config, learner, coordinator=coordinator, metrics=MetricsWriter(run_dir, "evaluator")
+            config,
+            learner,
+            coordinator=coordinator,
+            metrics=_metrics(config, run_dir, "evaluator", "evaluator/evaluations"),
+            heartbeat=self._heartbeat,
         )
 
     def run(self) -> None:
-        self._evaluator.run(_stop_requested())
+        try:
+            self._evaluator.run(_stop_requested())
+        finally:
+            self._heartbeat.close()
 
 
 class CoordinatorNode:
@@ -177,11 +222,18 @@ class CoordinatorNode:
             start_time,
             replay_client=replay,
             stop_program=lp.stop,
-            metrics=MetricsWriter(run_dir, "coordinator"),
+            metrics=_metrics(config, run_dir, "coordinator", "coordinator/env_steps"),
         )
+        self._heartbeat = _heartbeat(
+            config, run_dir, "coordinator", lambda: {"env_steps": self._coordinator.env_steps}
+        )
+        self._heartbeat.enter(hb.IDLE)
 
     def run(self) -> None:
-        self._coordinator.run(_stop_requested())
+        try:
+            self._coordinator.run(_stop_requested())
+        finally:
+            self._heartbeat.close()
 
     def report_actor(self, actor_id, env_steps, episodes, returns, start_time=None) -> None:
         self._coordinator.report_actor(actor_id, env_steps, episodes, returns, start_time)

@@ -28,8 +28,9 @@ from absl import app, flags, logging  # noqa: E402
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from apex import config as apex_config  # noqa: E402
-from apex.coordination import SUMMARY_KEYS, write_json_atomic  # noqa: E402
+from apex.coordination import SUMMARY_KEYS  # noqa: E402
 from apex.errors import ConfigError  # noqa: E402
+from apex.jsonio import write_json_atomic  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", None, "Path of a config file with get_config().")
 _TERMINAL = flags.DEFINE_enum(

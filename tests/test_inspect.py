@@ -106,4 +106,4 @@ def test_cli_prints_stats_as_json_and_refuses_a_dead_server(limited):
         text=True,
         timeout=100,
     )
-    assert dead.returncode == 1 and "cannot read localhost:1" in dead.stderr
+    assert dead.returncode == 1 and "cannot reach the Reverb server localhost:1" in dead.stderr

@@ -1,5 +1,6 @@
 """Integration (local_mp): real processes, real Reverb, real CartPole; clean stops."""
 
+import csv
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import time
 
 import pytest
 
+from apex.heartbeat import read_heartbeats
 from tests.procs import (
     ROOT,
     kill_tree,
@@ -66,6 +68,22 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
         assert os.path.getsize(path) > 0, name
         first = json.loads(open(path).readline())
         assert all(k == "time" or "/" in k for k in first), first
+        # The same rows as CSV (long format) and TensorBoard events.
+        with open(os.path.join(run_dir, "metrics", f"{name}.csv")) as f:
+            rows = list(csv.DictReader(f))
+        assert rows and set(rows[0]) == {"time", "step", "key", "value"}
+        assert {r["key"] for r in rows} <= {k for k in first} | {
+            k for line in open(path) for k in json.loads(line)
+        }
+        events = os.listdir(os.path.join(run_dir, "tensorboard", name))
+        assert any(e.startswith("events.out.tfevents") for e in events), events
+    learner_rows = [
+        json.loads(line) for line in open(os.path.join(run_dir, "metrics", "learner.jsonl"))
+    ]
+    shares = [r for r in learner_rows if "learner/sample_share_band_0" in r]
+    assert shares, "no per-band sample shares"
+    total = sum(v for k, v in shares[-1].items() if k.startswith("learner/sample_share_band_"))
+    assert abs(total - 1.0) < 1e-6
     with open(os.path.join(run_dir, "replay_address")) as f:
         assert f.read().strip().startswith("localhost:")
     # Every metric key the run wrote is documented.
@@ -74,9 +92,18 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
     )
     written = set()
     for name in os.listdir(os.path.join(run_dir, "metrics")):
+        if not name.endswith(".jsonl"):
+            continue
         for line in open(os.path.join(run_dir, "metrics", name)):
-            written |= {k for k in json.loads(line) if k != "time"}
+            written |= {
+                re.sub(r"_band_\d+$", "_band_0", k) for k in json.loads(line) if k != "time"
+            }
     assert written and written <= documented, sorted(written - documented)
+    # Every node left a heartbeat; at the end each says it stopped.
+    beats = read_heartbeats(run_dir)
+    assert set(beats) == {"learner", "coordinator", "evaluator", "actor_0", "actor_1"}
+    assert {b["state"] for b in beats.values()} == {"stopped"}
+    assert beats["learner"]["counters"]["steps"] >= s["learner_steps"] > 0
     # Nothing of the program is left.
     deadline = time.time() + 10
     while processes_with_token(token) and time.time() < deadline:

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from apex import heartbeat as hb
 from apex.agents.policy import ActingPolicy
 from apex.config import ApexConfig
 from apex.envs import make_env, spec_of, to_observation
-from apex.exploration import slot_epsilons
+from apex.exploration import epsilon_bands, slot_epsilons
 from apex.metrics import MetricsWriter
 from apex.replay.nstep import NStepAccumulator
 from apex.replay.priorities import initial_priorities
@@ -29,6 +30,8 @@ class VectorActor:
       writer: a TransitionWriter (or any object with write(batch, priorities)).
       coordinator: optional courier client of the coordinator (reports counts).
       metrics: optional MetricsWriter.
+      should_stop: checked while waiting for the first parameters.
+      heartbeat: optional Heartbeat; the actor marks the time it spends in inserts.
     """
 
     def __init__(
@@ -40,8 +43,10 @@ class VectorActor:
         coordinator: Any = None,
         metrics: MetricsWriter | None = None,
         should_stop: Callable[[], bool] | None = None,
+        heartbeat: hb.Heartbeat | None = None,
     ):
         self._config = config
+        self._heartbeat = heartbeat
         self.actor_id = actor_id
         e = config.actor.envs_per_actor
         self._num_envs = e
@@ -75,6 +80,8 @@ class VectorActor:
         self.episodes = 0
         self.items_written = 0
         self._recent_returns: list[float] = []
+        self._bands = epsilon_bands(self._epsilons, config.logging.epsilon_bands)
+        self._band_returns: dict[int, list[float]] = {}
         self._start_time = time.time()
 
     @property
@@ -107,7 +114,12 @@ class VectorActor:
             constant=r.constant_priority,
             max_seen=self._variables.max_priority,
         )
+        beat = self._heartbeat
+        if beat is not None:
+            beat.enter(hb.INSERTING)
         self._writer.write(batch, prios)
+        if beat is not None:
+            beat.enter(hb.ACTING)
         return len(prios)
 
     def step(self) -> int:
@@ -168,7 +180,9 @@ class VectorActor:
     def _end_episodes(self, rewards: np.ndarray, ended) -> None:
         self._episode_return += rewards
         for j in ended:
-            self._recent_returns.append(float(self._episode_return[j]))
+            ret = float(self._episode_return[j])
+            self._recent_returns.append(ret)
+            self._band_returns.setdefault(int(self._bands[j]), []).append(ret)
             self._episode_return[j] = 0.0
             self.episodes += 1
 
@@ -191,6 +205,7 @@ class VectorActor:
     def _report(self, now: float, rate: float | None) -> None:
         returns = self._recent_returns
         self._recent_returns = []
+        band_returns, self._band_returns = self._band_returns, {}
         row = {
             "actor/env_steps": self.env_steps,
             "actor/episodes": self.episodes,
@@ -205,6 +220,8 @@ class VectorActor:
             row["actor/env_steps_per_second"] = rate
         if returns:
             row["actor/episode_return_mean"] = float(np.mean(returns))
+        for band, values in sorted(band_returns.items()):
+            row[f"actor/episode_return_band_{band}"] = float(np.mean(values))
         if self._metrics is not None:
             self._metrics.write(row)
         if self._coordinator is not None:

@@ -12,11 +12,13 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from apex import heartbeat as hb
 from apex.agents.dqn.losses import double_q_td, huber
 from apex.agents.dqn.optim import Adam
 from apex.agents.policy import make_network
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
+from apex.exploration import epsilon_bands
 from apex.metrics import MetricsWriter
 from apex.replay.dataset import make_dataset
 from apex.replay.priorities import PriorityUpdater
@@ -38,8 +40,10 @@ class DQNLearner:
         replay_address: str,
         coordinator: Any = None,
         metrics: MetricsWriter | None = None,
+        heartbeat: hb.Heartbeat | None = None,
     ):
         self._config = config
+        self._heartbeat = heartbeat
         lc = config.learner
         self._online = make_network(config, spec, seed=lc.seed)
         self._target = make_network(config, spec, seed=lc.seed)
@@ -76,6 +80,10 @@ class DQNLearner:
         self._last: dict[str, float] = {}
         self._lags: list[np.ndarray] = []
         self._ages: list[np.ndarray] = []
+        self._band_edges = tuple(config.logging.epsilon_bands)
+        num_bands = len(self._band_edges) + 1
+        self._band_counts = np.zeros(num_bands)
+        self._band_priority = np.zeros(num_bands)
         self.last_update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._error: Exception | None = None
         self._should_stop: Callable[[], bool] | None = None
@@ -117,6 +125,7 @@ class DQNLearner:
             "q_mean": tf.reduce_mean(q_tm1),
             "version": data["version"],
             "insert_time": data["insert_time"],
+            "epsilon": data["epsilon"],
         }
 
     @tf.function
@@ -126,6 +135,8 @@ class DQNLearner:
 
     def step(self) -> dict[str, float]:
         """One SGD step (blocks until the rate limiter lets a batch through)."""
+        if self._heartbeat is not None:
+            self._heartbeat.enter(hb.TRAINING)
         while True:
             try:
                 out = self._sgd(self._iterator)
@@ -136,6 +147,8 @@ class DQNLearner:
                 if self._should_stop is not None and self._should_stop():
                     raise _Stopped() from None
         self.steps += 1
+        if self._heartbeat is not None:
+            self._heartbeat.enter(hb.IDLE)
         if self.first_step_time is None:
             self.first_step_time = time.time()
         if self.steps % self._config.learner.target_update_period == 0:
@@ -151,6 +164,10 @@ class DQNLearner:
         self.last_update = (keys, out["sampled_priorities"].numpy(), prios)
         self._lags.append(self.steps - 1 - out["version"].numpy())
         self._ages.append(time.time() - out["insert_time"].numpy())
+        bands = epsilon_bands(out["epsilon"].numpy(), self._band_edges)
+        num_bands = len(self._band_counts)
+        self._band_counts += np.bincount(bands, minlength=num_bands)
+        self._band_priority += np.bincount(bands, weights=self.last_update[1], minlength=num_bands)
         self._last = {
             "loss": float(out["loss"]),
             "grad_norm": float(out["grad_norm"]),
@@ -258,6 +275,16 @@ class DQNLearner:
             row["learner/policy_lag_p90_steps"] = float(np.percentile(lags, 90))
             row["learner/policy_lag_max_steps"] = float(lags.max())
             row["learner/sample_age_p50_seconds"] = float(np.percentile(ages, 50))
+            row["learner/sample_age_p90_seconds"] = float(np.percentile(ages, 90))
+            row["learner/sample_age_max_seconds"] = float(ages.max())
+        if self._band_counts.sum() > 0:
+            counts = self._band_counts / self._band_counts.sum()
+            prio = self._band_priority / max(self._band_priority.sum(), 1e-12)
+            for b in range(len(counts)):
+                row[f"learner/sample_share_band_{b}"] = float(counts[b])
+                row[f"learner/priority_share_band_{b}"] = float(prio[b])
+            self._band_counts[:] = 0
+            self._band_priority[:] = 0
         if self._updater.calls:
             row["learner/priority_update_ms"] = (
                 1000.0 * self._updater.seconds_in_calls / self._updater.calls

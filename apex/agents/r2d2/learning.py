@@ -75,4 +75,5 @@ class R2D2Learner(DQNLearner):
             / tf.maximum(tf.reduce_sum(train), 1.0),
             "version": data["version"],
             "insert_time": data["insert_time"],
+            "epsilon": data["epsilon"],
         }

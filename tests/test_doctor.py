@@ -1,0 +1,153 @@
+"""The hang doctor names a deliberately blocked rate limiter, from real
+heartbeats and a real Reverb server, through tools.status."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import reverb
+
+from apex import heartbeat as hb
+from apex.doctor import diagnose
+from apex.envs import env_spec
+from apex.replay.inspect import table_stats
+from apex.replay.tables import TRANSITIONS_TABLE, make_tables
+from apex.replay.writer import TransitionWriter
+from tools.status import format_status, status
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def transitions(n):
+    return {
+        "obs": np.zeros((n, 4), np.float32),
+        "action": np.zeros(n, np.int32),
+        "reward": np.ones(n, np.float32),
+        "discount": np.full(n, 0.99, np.float32),
+        "next_obs": np.zeros((n, 4), np.float32),
+        "slot": np.zeros(n, np.int32),
+        "version": np.zeros(n, np.int64),
+    }
+
+
+def blocking_server(small_config):
+    c = small_config
+    c.replay.samples_per_insert, c.replay.min_size, c.replay.error_buffer = 1.0, 10, 64.0
+    server = reverb.Server(make_tables(c, env_spec(c.env)))
+    return server, reverb.Client(f"localhost:{server.port}")
+
+
+def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_config, tmp_path):
+    run_dir = str(tmp_path)
+    server, client = blocking_server(small_config)
+    with open(os.path.join(run_dir, "replay_address"), "w") as f:
+        f.write(f"localhost:{server.port}\n")
+    beat = hb.Heartbeat(run_dir, "actor_0", period=0.2, counters=lambda: {"env_steps": 1})
+    writer = TransitionWriter(client, 0, np.array([0.4]))
+    done = threading.Event()
+
+    def act():
+        beat.enter(hb.INSERTING)
+        writer.write(transitions(300), np.ones(300))  # > min_size + error buffer: blocks
+        beat.enter(hb.ACTING)
+        done.set()
+
+    threading.Thread(target=act, daemon=True).start()
+    try:
+        assert not done.wait(2.0), "the insert should be held by the rate limiter"
+        s = status(run_dir, stall_seconds=1.0)
+        (finding,) = s["findings"]
+        assert finding["reason"] == "actor_blocked_on_insert" and finding["node"] == "actor_0"
+        assert "the rate limiter holds inserts" in finding["message"]
+        assert "can_insert=False" in finding["message"] and "samples 0" in finding["message"]
+        text = format_status(s)
+        assert "actor_blocked_on_insert [actor_0" in text and "inserting" in text
+        # The CLI prints the same, from another process.
+        out = subprocess.run(
+            [sys.executable, "-m", "tools.status", run_dir, "--stall_seconds=1"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "actor_blocked_on_insert" in out.stdout
+        # Sampling releases the insert; the finding clears.
+        drain = threading.Event()
+
+        def sample_until_drained():
+            while not drain.is_set():
+                list(client.sample(TRANSITIONS_TABLE, num_samples=10))
+
+        threading.Thread(target=sample_until_drained, daemon=True).start()
+        assert done.wait(30)
+        time.sleep(0.5)
+        assert status(run_dir, stall_seconds=1.0)["findings"] == []
+        assert writer.close(timeout=30)  # the last chunk goes out while sampling goes on
+        drain.set()
+    finally:
+        beat.close()
+        server.stop()
+
+
+def test_learner_waiting_for_samples_names_the_min_size(small_config, tmp_path):
+    from apex.agents.dqn.learning import DQNLearner
+
+    run_dir = str(tmp_path)
+    c = small_config
+    c.replay.min_size = 1000
+    server = reverb.Server(make_tables(c, env_spec(c.env)))
+    address = f"localhost:{server.port}"
+    beat = hb.Heartbeat(run_dir, "learner", period=0.2)
+    learner = DQNLearner(c, env_spec(c.env), address, heartbeat=beat)
+    stop = threading.Event()
+    learner._should_stop = stop.is_set  # the step gives up at the next sampling timeout
+    threading.Thread(target=lambda: _step_quietly(learner), daemon=True).start()
+    try:
+        time.sleep(2.0)
+        table = table_stats(reverb.Client(address))[0]
+        findings = diagnose(hb.read_heartbeats(run_dir), table, stall_seconds=1.0)
+        (finding,) = findings
+        assert finding.reason == "learner_waiting_for_samples"
+        assert "replay holds 0 items, below min_size 1,000" in finding.message
+    finally:
+        stop.set()
+        time.sleep(1.5)
+        learner.close()
+        beat.close()
+        server.stop()
+
+
+def _step_quietly(learner):
+    try:
+        learner.step()
+    except Exception:  # noqa: BLE001 - stopped on purpose
+        pass
+
+
+def test_silent_node_and_stopped_node():
+    now = 1000.0
+    beats = {
+        "actor_1": {"pid": 1, "time": now - 100, "state": hb.ACTING, "state_since": now - 200},
+        "evaluator": {"pid": 2, "time": now - 100, "state": hb.STOPPED, "state_since": now - 100},
+        "learner": {"pid": 3, "time": now - 0.5, "state": hb.IDLE, "state_since": now - 0.5},
+    }
+    (f,) = diagnose(beats, None, stall_seconds=30, now=now)
+    assert f.reason == "node_silent" and f.node == "actor_1" and "100 s" in f.message
+
+
+def test_stack_dump_on_sigusr1_goes_to_the_run_dir(tmp_path):
+    code = (
+        "import os, signal, sys, time; from apex.heartbeat import register_stack_dump; "
+        f"p = register_stack_dump({str(tmp_path)!r}, 'node'); "
+        "os.kill(os.getpid(), signal.SIGUSR1); time.sleep(0.2); print(p)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    path = out.stdout.strip()
+    assert path.startswith(str(tmp_path)) and os.path.basename(path).startswith("node-")
+    assert "most recent call first" in open(path).read()

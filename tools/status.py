@@ -1,0 +1,159 @@
+r"""Program status and the hang doctor: `python -m tools.status RUN_DIR [--stacks] [--json]`.
+
+For each node of a live (or finished) run: its pid and whether it lives, the
+age of its last heartbeat, what it is doing and for how long, its rate and
+counters; then the doctor's findings (a learner waiting for samples, an actor
+blocked on an insert, a silent node) with the replay's rate-limiter numbers,
+read from the live server named in RUN_DIR/replay_address without sampling.
+
+--stacks sends SIGUSR1 to every live node process: each appends all its
+threads' stacks to RUN_DIR/stacks/<node>-<pid>.txt; the tool prints where.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from absl import app, flags  # noqa: E402
+
+_STACKS = flags.DEFINE_bool("stacks", False, "Ask every live node to dump its stacks.")
+_JSON = flags.DEFINE_bool("json", False, "Print JSON instead of text.")
+_STALL = flags.DEFINE_float(
+    "stall_seconds", None, "Doctor threshold (default: the run's logging.stall_seconds)."
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _replay_table(run_dir: str) -> dict | None:
+    path = os.path.join(run_dir, "replay_address")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        address = f.read().strip()
+    import reverb
+
+    from apex.replay.inspect import table_stats
+
+    try:
+        stats = table_stats(reverb.Client(address), timeout=2)
+    except Exception:  # noqa: BLE001 - a finished run has no server: report without it
+        return None
+    return stats[0] if stats else None
+
+
+def status(run_dir: str, stall_seconds: float | None = None) -> dict:
+    """Heartbeats, liveness, replay table stats and doctor findings of RUN_DIR."""
+    from apex.doctor import diagnose
+    from apex.heartbeat import read_heartbeats
+
+    if stall_seconds is None:
+        stall_seconds = 30.0
+        try:
+            with open(os.path.join(run_dir, "config.json")) as f:
+                stall_seconds = float(json.load(f)["logging"]["stall_seconds"])
+        except (OSError, KeyError, ValueError):
+            pass
+    beats = read_heartbeats(run_dir)
+    now = time.time()
+    table = _replay_table(run_dir)
+    nodes = {}
+    for name, b in beats.items():
+        nodes[name] = {**b, "alive": _alive(int(b["pid"])), "age_seconds": now - b["time"]}
+    findings = diagnose(beats, table, stall_seconds, now)
+    return {
+        "run_dir": run_dir,
+        "time": now,
+        "nodes": nodes,
+        "replay": table,
+        "findings": [f.__dict__ for f in findings],
+    }
+
+
+def format_status(s: dict) -> str:
+    lines = [f"run {s['run_dir']}"]
+    lines.append(f"{'node':<12} {'pid':>7} {'alive':<5} {'beat':>7}  {'rate/s':>9}  state")
+    for name, n in s["nodes"].items():
+        rate = n.get("rate_per_second")
+        counters = ", ".join(f"{k} {v:,}" for k, v in n.get("counters", {}).items())
+        lines.append(
+            f"{name:<12} {n['pid']:>7} {'yes' if n['alive'] else 'no':<5} "
+            f"{n['age_seconds']:>6.1f}s  {'-' if rate is None else f'{rate:,.1f}':>9}  "
+            f"{n['state']} (for {n['state_seconds'] + n['age_seconds']:.1f} s)"
+            + (f"; {counters}" if counters else "")
+        )
+    if not s["nodes"]:
+        lines.append("(no heartbeats in RUN_DIR/heartbeats: not an apex run, or not started)")
+    if s["replay"] is not None:
+        from apex.replay.inspect import format_stats
+
+        lines.append(format_stats([s["replay"]]).split("\n  signature")[0])
+    else:
+        lines.append("replay: not reachable (the run has stopped, or no replay_address)")
+    if s["findings"]:
+        lines.append("doctor:")
+        lines += [
+            f"  {f['reason']} [{f['node']}, {f['seconds']:.0f} s]: {f['message']}"
+            for f in s["findings"]
+        ]
+    else:
+        lines.append("doctor: nothing stalled")
+    return "\n".join(lines)
+
+
+def dump_stacks(run_dir: str, nodes: dict) -> list[str]:
+    """SIGUSR1 to every live node process; returns the stack files written."""
+    pids = {int(n["pid"]) for n in nodes.values() if n["alive"]}
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    time.sleep(1.0)
+    folder = os.path.join(run_dir, "stacks")
+    if not os.path.isdir(folder):
+        return []
+    return sorted(
+        os.path.join(folder, f)
+        for f in os.listdir(folder)
+        if any(f.endswith(f"-{pid}.txt") for pid in pids)
+    )
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m tools.status RUN_DIR [--stacks] [--json]", file=sys.stderr)
+        return 2
+    run_dir = argv[1]
+    if not os.path.isdir(run_dir):
+        print(f"tools.status: {run_dir} is not a directory", file=sys.stderr)
+        return 2
+    s = status(run_dir, _STALL.value)
+    if _STACKS.value:
+        s["stack_files"] = dump_stacks(run_dir, s["nodes"])
+    if _JSON.value:
+        print(json.dumps(s, indent=2, default=str))
+    else:
+        print(format_status(s))
+        for path in s.get("stack_files", []):
+            print(f"stacks: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
