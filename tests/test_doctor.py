@@ -151,3 +151,31 @@ def test_stack_dump_on_sigusr1_goes_to_the_run_dir(tmp_path):
     path = out.stdout.strip()
     assert path.startswith(str(tmp_path)) and os.path.basename(path).startswith("node-")
     assert "most recent call first" in open(path).read()
+
+
+def test_coordinator_logs_a_finding_once_per_minute(small_config, tmp_path):
+    import io
+
+    from apex.coordination import Coordinator
+
+    run_dir = str(tmp_path)
+    small_config.logging.stall_seconds = 5.0
+    beat = hb.Heartbeat(run_dir, "actor_0", period=0)  # writes nothing by itself
+    beat.enter(hb.ACTING)
+    data = beat.beat()
+    data["time"] -= 60  # a heartbeat a minute old: the actor is silent
+    os.makedirs(os.path.join(run_dir, "heartbeats"), exist_ok=True)
+    from apex.jsonio import write_json_atomic
+
+    write_json_atomic(os.path.join(run_dir, "heartbeats", "actor_0.json"), data)
+    out = io.StringIO()
+    coord = Coordinator(small_config, run_dir, time.time(), out=out)
+    now = time.time()
+    (f,) = coord.check_health(now)
+    coord.check_health(now + 1)  # the same finding is not repeated within 60 s
+    assert f.reason == "node_silent" and f.node == "actor_0"
+    assert out.getvalue().count("[apex doctor] node_silent [actor_0") == 1
+    log = open(os.path.join(run_dir, "doctor.log")).read()
+    assert log.count("node_silent [actor_0") == 1
+    coord.check_health(now + 61)
+    assert out.getvalue().count("[apex doctor] node_silent") == 2
