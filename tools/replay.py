@@ -25,8 +25,9 @@ server's table info only: no sampling, nothing the learner sees moves, as fresh
 as the call. `priorities`, `items` and `breakdown` on a live source ask the
 server to write a checkpoint at that moment and read that file: no sampling
 either (times-sampled counts and the rate limiter do not move), but the table
-is locked while the checkpoint is written (~seconds for 1M items), and
-Reverb's checkpointer keeps only its newest checkpoint.
+is locked while the checkpoint is written (actors and learner pause: 0.2 s for
+20k items, ~22 s for 1M on a 2-core machine), and Reverb's checkpointer keeps
+only its newest checkpoint. Reading 1M items then takes 10-35 s here.
 """
 
 from __future__ import annotations
