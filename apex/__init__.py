@@ -1,4 +1,4 @@
-"""apex: replay-centric distributed off-policy RL (Ape-X DQN) on Reverb + Launchpad.
+"""apex: replay-centric distributed off-policy RL (Ape-X DQN, R2D2) on Reverb + Launchpad.
 
 The library never reads flags and never launches; `launch/` does. The names a
 user needs first:

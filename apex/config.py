@@ -60,6 +60,9 @@ class EnvConfig:
     """Atari: ALE's repeat_action_probability (0: deterministic emulator)."""
     clip_rewards: bool = False
     """Clip rewards to [-1, 1] as the actors store them (the Ape-X Atari recipe)."""
+    fault_every: int | None = None
+    """Fault injection: each actor env raises InjectedFault on every N-th step
+    (None: never). For testing that actors restart; never set it for real runs."""
 
 
 @dataclasses.dataclass
@@ -132,6 +135,11 @@ class ActorConfig:
     """Env steps (summed over the actor's envs) between parameter pulls."""
     report_period_seconds: float = 1.0
     """Seconds between an actor's reports to the coordinator."""
+    max_restarts: int = 20
+    """Restarts of a failed actor (an exception in its envs or loop) before the
+    program is stopped with stop_reason 'node failed'."""
+    restart_backoff_seconds: float = 1.0
+    """First wait before restarting a failed actor; doubles per restart, at most 30 s."""
 
 
 @dataclasses.dataclass
@@ -289,6 +297,9 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("actor.epsilon_alpha", "num>=0", False),
     ("actor.params_update_period", "int>=1", False),
     ("actor.report_period_seconds", "num>0", False),
+    ("actor.max_restarts", "int>=0", False),
+    ("actor.restart_backoff_seconds", "num>=0", False),
+    ("env.fault_every", "int>=1", True),
     ("learner.batch_size", "int>=1", False),
     ("learner.learning_rate", "num>0", False),
     ("learner.adam_epsilon", "num>0", False),

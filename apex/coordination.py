@@ -78,6 +78,7 @@ class Coordinator:
         self._table_stats: list[dict[str, Any]] = []
         self._reported: dict[tuple[str, str], float] = {}
         self.findings: list[Any] = []
+        self._failure: str | None = None
         self._solved_at: tuple[float, int] | None = None
         self._replay_info: dict[str, float] = {}
         self.stop_reason: str | None = None
@@ -97,6 +98,11 @@ class Coordinator:
             self._actor_steps[int(actor_id)] = int(env_steps)
             self._actor_episodes[int(actor_id)] = int(episodes)
             self._recent_returns.extend(float(r) for r in returns)
+
+    def report_failure(self, node: str, message: str) -> None:
+        """A node gave up (e.g. an actor past actor.max_restarts): stop the program."""
+        with self._lock:
+            self._failure = f"{node}: {message}"
 
     def report_learner(
         self, steps: int, first_step_time: float | None, row: dict[str, Any]
@@ -190,6 +196,7 @@ class Coordinator:
                 "solved_at_wall_seconds": None if self._solved_at is None else self._solved_at[0],
                 "solved_at_env_steps": None if self._solved_at is None else self._solved_at[1],
                 "stop_reason": self.stop_reason,
+                "failure": self._failure,
                 "policy_lag_p50_steps": self._learner_row.get("learner/policy_lag_p50_steps"),
             }
         return s
@@ -216,6 +223,8 @@ class Coordinator:
             return "max_wall_seconds"
         if sc.when_solved and self._solved_at is not None:
             return "solved"
+        if self._failure is not None:
+            return "node failed"
         return None
 
     def progress_line(self, rates: dict[str, float]) -> str:
@@ -255,6 +264,8 @@ class Coordinator:
                 self.stop_reason = reason
                 self._poll_replay()
                 s = self.write_summary()
+                if reason == "node failed":
+                    print(f"[apex] a node failed: {self._failure}", file=self._out, flush=True)
                 print(
                     f"[apex] stopping: {reason}; summary: "
                     + json.dumps({k: s[k] for k in SUMMARY_KEYS}),

@@ -35,6 +35,27 @@ class KeepComponents(gym.ObservationWrapper):
         return observation[self._indices]
 
 
+class InjectedFault(RuntimeError):
+    """Raised by envs with EnvConfig.fault_every set (fault-tolerance tests)."""
+
+
+class FaultInjection(gym.Wrapper):
+    """Raises InjectedFault on every `every`-th step of this env."""
+
+    def __init__(self, env: gym.Env, every: int):
+        super().__init__(env)
+        self._every = int(every)
+        self._steps = 0
+
+    def step(self, action):
+        self._steps += 1
+        if self._steps % self._every == 0:
+            raise InjectedFault(
+                f"injected fault at step {self._steps} (env.fault_every={self._every})"
+            )
+        return self.env.step(action)
+
+
 def _register_ale() -> None:
     try:
         import ale_py
@@ -71,8 +92,11 @@ def _make_atari(config: EnvConfig, kwargs: dict) -> gym.Env:
     return env
 
 
-def make_env(config: EnvConfig, seed: int | None = None) -> gym.Env:
-    """Makes one env and checks it fits a DQN agent; raises ConfigError otherwise."""
+def make_env(config: EnvConfig, seed: int | None = None, faults: bool = False) -> gym.Env:
+    """Makes one env and checks it fits a DQN agent; raises ConfigError otherwise.
+
+    `faults`: apply config.fault_every (actors' envs only; the evaluator's never fail).
+    """
     kwargs = {}
     if config.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.max_episode_steps
@@ -120,6 +144,8 @@ def make_env(config: EnvConfig, seed: int | None = None) -> gym.Env:
         env = KeepComponents(env, tuple(config.observation_indices))
     if config.clip_rewards:
         env = gym.wrappers.ClipReward(env, -1.0, 1.0)
+    if faults and config.fault_every is not None:
+        env = FaultInjection(env, config.fault_every)
     if seed is not None:
         env.action_space.seed(seed)
     return env

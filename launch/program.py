@@ -18,6 +18,7 @@ import functools
 import os
 import sys
 import time
+import traceback
 
 import launchpad as lp
 from absl import logging as absl_logging
@@ -159,37 +160,85 @@ class ActorNode:
             return {"env_steps": a.env_steps, "items_inserted": a.items_written} if a else {}
 
         beat = _heartbeat(c, self._run_dir, f"actor_{self._actor_id}", counters)
-        beat.enter(hb.WAITING_PARAMS)
+        holder["metrics"] = _metrics(c, self._run_dir, f"actor_{self._actor_id}", "actor/env_steps")
+        delay = c.actor.restart_backoff_seconds
+        restarts = 0
+        try:
+            while not should_stop():
+                beat.enter(hb.WAITING_PARAMS)
+                started = time.time()
+                try:
+                    self._run_actor(
+                        writer_class, actor_class, eps, should_stop, beat, holder, restarts
+                    )
+                    return
+                except StopRequested:
+                    return
+                except Exception as err:  # noqa: BLE001 - restart with fresh envs and parameters
+                    if should_stop():  # the replay or learner went away first during shutdown
+                        return
+                    restarts += 1
+                    if time.time() - started > 60.0:  # it had recovered: back off from the start
+                        delay = c.actor.restart_backoff_seconds
+                    where = f"actor_{self._actor_id}"
+                    if restarts > c.actor.max_restarts:
+                        message = (
+                            f"failed {restarts} times (actor.max_restarts={c.actor.max_restarts}); "
+                            f"last: {type(err).__name__}: {err}"
+                        )
+                        print(f"[apex] {where} {message}", file=sys.stderr, flush=True)
+                        traceback.print_exc()
+                        self._report_failure(where, message)
+                        raise
+                    print(
+                        f"[apex] {where} failed ({type(err).__name__}: {err}); restart "
+                        f"{restarts}/{c.actor.max_restarts} in {delay:.1f} s with fresh envs "
+                        "and parameters",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    deadline = time.time() + delay
+                    while time.time() < deadline and not should_stop():
+                        time.sleep(0.1)
+                    delay = min(2 * delay, 30.0) if delay > 0 else 0.0
+        finally:
+            beat.close()
+
+    def _report_failure(self, node: str, message: str) -> None:
+        try:
+            self._coordinator.report_failure(node, message)
+        except Exception:  # noqa: BLE001 - the coordinator may be gone; the node fails anyway
+            pass
+
+    def _run_actor(
+        self, writer_class, actor_class, eps, should_stop, beat, holder, restarts: int
+    ) -> None:
+        """One life of the actor: a fresh writer, fresh envs, fresh parameters."""
+        c = self._config
+        e = c.actor.envs_per_actor
         with writer_class(
             self._replay, self._actor_id, eps, slot_offset=self._actor_id * e
         ) as writer:
-            try:
-                actor = actor_class(
-                    c,
-                    self._actor_id,
-                    self._learner,
-                    writer,
-                    coordinator=self._coordinator,
-                    metrics=_metrics(
-                        c, self._run_dir, f"actor_{self._actor_id}", "actor/env_steps"
-                    ),
-                    should_stop=should_stop,
-                    heartbeat=beat,
-                )
-            except StopRequested:
-                beat.close()
-                return
+            actor = actor_class(
+                c,
+                self._actor_id,
+                self._learner,
+                writer,
+                coordinator=self._coordinator,
+                metrics=holder["metrics"],
+                should_stop=should_stop,
+                heartbeat=beat,
+            )
+            previous = holder.get("actor")
+            if previous is not None:
+                actor.resume_counts(previous)
+            actor.restarts = restarts
             holder["actor"] = actor
             beat.enter(hb.ACTING)
             try:
                 actor.run(should_stop)
-            except Exception:
-                if should_stop():  # the replay or learner went away first during shutdown
-                    return
-                raise
             finally:
                 actor.close()
-                beat.close()
 
 
 class EvaluatorNode:
@@ -240,6 +289,9 @@ class CoordinatorNode:
 
     def report_learner(self, steps, first_step_time, row) -> None:
         self._coordinator.report_learner(steps, first_step_time, row)
+
+    def report_failure(self, node, message) -> None:
+        self._coordinator.report_failure(node, message)
 
     def report_eval(self, return_mean, version, returns) -> None:
         self._coordinator.report_eval(return_mean, version, returns)

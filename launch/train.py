@@ -130,6 +130,8 @@ def main(argv: list[str]) -> int:
             "[apex] summary: " + json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}), flush=True
         )
     print(f"[apex] summary.json: {os.path.join(run_dir, 'summary.json')}", flush=True)
+    if failed is None and summary is not None and summary.get("stop_reason") == "node failed":
+        failed = summary.get("failure") or "see the node output above"
     if failed is not None:
         print(f"[apex] a node failed: {failed}", file=sys.stderr, flush=True)
         return 1

@@ -129,7 +129,7 @@ def test_overrides_parse_by_field_type():
         (
             "actor.num_actorz",
             "3",
-            "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, num_actors",
+            "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, max_restarts, num_actors",
         ),
         ("actr.num_actors", "3", "the config has: actor, agent, env, evaluation"),
         ("actor", "3", "is a section with"),

@@ -135,6 +135,8 @@ def test_cli_live_and_offline_give_the_same_numbers(filled, tmp_path):
     assert "Prioritized" in stats[0]["sampler"]
     offline_text = cli("priorities", f"--checkpoint={ckpt_root}", "--k=1")
     assert "45 items" in offline_text and "3.09" in offline_text
+    offline_items = json.loads(cli("items", f"--checkpoint={ckpt_root}", "--n=3", "--order=bottom"))
+    assert [it["key"] for it in offline_items] == [it["key"] for it in items]
 
 
 def test_cli_refuses_a_half_written_checkpoint(tmp_path):

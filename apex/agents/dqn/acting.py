@@ -50,7 +50,7 @@ class VectorActor:
         self.actor_id = actor_id
         e = config.actor.envs_per_actor
         self._num_envs = e
-        self._envs = [make_env(config.env) for _ in range(e)]
+        self._envs = [make_env(config.env, faults=True) for _ in range(e)]
         self._epsilons = slot_epsilons(
             actor_id,
             e,
@@ -79,6 +79,7 @@ class VectorActor:
         self.env_steps = 0
         self.episodes = 0
         self.items_written = 0
+        self.restarts = 0  # set by the node that restarted this actor after a failure
         self._recent_returns: list[float] = []
         self._bands = epsilon_bands(self._epsilons, config.logging.epsilon_bands)
         self._band_returns: dict[int, list[float]] = {}
@@ -189,7 +190,8 @@ class VectorActor:
     def run(self, should_stop: Callable[[], bool], max_steps: int | None = None) -> None:
         """Steps until `should_stop()` (checked every vector step) or max_steps env steps."""
         period = self._config.actor.report_period_seconds
-        self._start_time = time.time()
+        if not self.restarts:  # a restarted actor keeps its first start (rates stay right)
+            self._start_time = time.time()
         last_report = time.time()
         last_steps = 0
         while not should_stop():
@@ -212,6 +214,7 @@ class VectorActor:
             "actor/items_inserted": self.items_written,
             "actor/param_version": self._variables.version,
             "actor/param_updates": self._variables.num_updates,
+            "actor/restarts": self.restarts,
         }
         writing = getattr(self._writer, "seconds_writing", None)
         if writing is not None:
@@ -231,6 +234,13 @@ class VectorActor:
                 )
             except Exception:  # noqa: BLE001 - reporting is best effort; acting goes on
                 pass
+
+    def resume_counts(self, previous: VectorActor) -> None:
+        """Continues the counters of the actor this one replaces after a failure."""
+        self.env_steps = previous.env_steps
+        self.episodes = previous.episodes
+        self.items_written = previous.items_written
+        self._start_time = previous._start_time
 
     def close(self) -> None:
         self._variables.close()
