@@ -255,6 +255,17 @@ def effective_error_buffer(replay: ReplayConfig, batch_size: int) -> float:
     return float(max(10 * batch_size, replay.min_size * spi * 0.5, 4 * spi))
 
 
+def env_step_replay_ratio(config: ApexConfig) -> float:
+    """How many times the learner trains on each env step, on average, at the
+    target samples_per_insert: SPI for Ape-X (one item per env step); for R2D2
+    SPI x trained steps per sequence (L - burn_in) / new env steps per sequence (P)."""
+    spi = float(config.replay.samples_per_insert)
+    if config.agent != "r2d2":
+        return spi
+    q = config.r2d2
+    return spi * (q.sequence_length - q.burn_in) / q.sequence_period
+
+
 def _check(cond: bool, field: str, value: Any, valid: str) -> None:
     if not cond:
         raise ConfigError(field, value, valid)

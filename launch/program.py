@@ -16,6 +16,7 @@ from __future__ import annotations
 import faulthandler
 import functools
 import os
+import socket
 import sys
 import time
 import traceback
@@ -31,6 +32,7 @@ from apex.agents.r2d2.learning import R2D2Learner
 from apex.config import ApexConfig, validate
 from apex.coordination import Coordinator
 from apex.envs import EnvSpec, env_spec
+from apex.errors import ConfigError
 from apex.evaluation import Evaluator
 from apex.exploration import slot_epsilons
 from apex.metrics import MetricsWriter
@@ -314,6 +316,8 @@ def make_program(
       start_time: unix time of the launch; wall_seconds count from it.
     """
     validate(config)
+    if config.replay.port is not None:
+        check_port_free("replay.port", config.replay.port)
     spec = env_spec(config.env)
     start_time = time.time() if start_time is None else start_time
     program = lp.Program("apex")
@@ -351,6 +355,23 @@ def make_program(
                 lp.CourierNode(ActorNode, config, i, replay, learner, coordinator, run_dir)
             )
     return program
+
+
+def check_port_free(field: str, port: int) -> None:
+    """Raises ConfigError if a process already listens on `port`.
+
+    Needed because gRPC servers (Reverb's) bind with SO_REUSEPORT: a second
+    server on a taken port starts without an error and the two then share
+    the connections.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as err:
+            raise ConfigError(
+                field, port, f"a free port; it is in use by another process ({err.strerror})"
+            ) from None
 
 
 def find_nodes(program: lp.Program, node_class: type) -> list:

@@ -109,8 +109,10 @@ def main(argv: list[str]) -> int:
     )
     print(f"[apex] run_dir: {run_dir}", flush=True)
     print(
-        f"[apex] launching {launch_type}: {config.actor.num_actors} actors x {config.actor.envs_per_actor} envs "
-        f"on {config.env.id}",
+        f"[apex] launching {launch_type}: {config.agent}, {config.actor.num_actors} actors x "
+        f"{config.actor.envs_per_actor} envs on {config.env.id}; replay ratio "
+        f"~{apex_config.env_step_replay_ratio(config):.2g} (SGD uses per env step at "
+        f"samples_per_insert {config.replay.samples_per_insert:g})",
         flush=True,
     )
     if launch_type == "local_mp":

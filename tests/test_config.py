@@ -177,3 +177,40 @@ def test_entry_point_refuses_bad_input_before_launch(args, fragment, tmp_path):
     assert fragment in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "[apex] launching" not in proc.stdout  # nothing was launched
+
+
+@pytest.mark.timeout(120)
+def test_a_taken_replay_port_is_refused_before_launch(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launch.train",
+                "--config=configs/apex_cartpole.py",
+                f"--config.replay.port={port}",
+                f"--config.run_dir={tmp_path / 'run'}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=110,
+        )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"replay.port={port} is invalid: expected a free port; it is in use" in proc.stderr
+    assert "[apex] launching" not in proc.stdout
+
+
+def test_env_step_replay_ratio():
+    from apex.config import env_step_replay_ratio
+
+    c = ApexConfig()
+    assert env_step_replay_ratio(c) == 4.0
+    r2d2 = load_config_file(os.path.join(ROOT, "configs", "r2d2_cartpole_masked.py"))
+    # samples/insert 2 sequences x (20 - 10 trained steps) / 10 new steps per sequence
+    assert env_step_replay_ratio(r2d2) == pytest.approx(2.0)
