@@ -150,19 +150,17 @@ class Coordinator:
         except Exception:  # noqa: BLE001 - the server may be gone at shutdown
             return
         self._table_stats = stats_from_server_info(info)
-        for table in info.values():
-            rl = table.rate_limiter_info
-            inserts = rl.insert_stats.completed
-            samples = rl.sample_stats.completed
-            self._replay_info = {
-                "size": table.current_size,
-                "capacity": table.max_size,
-                "inserts": inserts,
-                "samples": samples,
-                "samples_per_insert": (samples / inserts) if inserts else 0.0,
-                "unique_samples": table.num_unique_samples,
-            }
-            break
+        if self._table_stats:  # the program's one table
+            t = self._table_stats[0]
+            keys = (
+                "size",
+                "capacity",
+                "inserts",
+                "samples",
+                "samples_per_insert",
+                "unique_samples",
+            )
+            self._replay_info = {k: t[k] for k in keys}
 
     def summary(self) -> dict[str, Any]:
         now = time.time()

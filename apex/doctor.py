@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from apex import heartbeat as hb
+from apex.replay.inspect import format_stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,14 +32,7 @@ class Finding:
 
 
 def _limiter_text(t: dict[str, Any]) -> str:
-    rl = t["rate_limiter"]
-    return (
-        f"table {t['table']}: size {t['size']:,}/{t['capacity']:,}, inserts {t['inserts']:,}, "
-        f"samples {t['samples']:,}, samples/insert {t['samples_per_insert']:.2f} (target "
-        f"{rl['samples_per_insert']:g}), diff {rl['diff']:,.0f} in [{rl['min_diff']:,.0f}, "
-        f"{rl['max_diff']:,.0f}], min_size_to_sample {rl['min_size_to_sample']:,}, "
-        f"can_insert={rl['can_insert']}, can_sample={rl['can_sample']}"
-    )
+    return format_stats([t], signature=False).replace("\n  ", "; ")
 
 
 def _why_no_samples(t: dict[str, Any] | None) -> str:

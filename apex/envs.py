@@ -20,21 +20,6 @@ class EnvSpec:
     num_actions: int
 
 
-class KeepComponents(gym.ObservationWrapper):
-    """Keeps components `indices` of a flat Box observation (e.g. hides velocities)."""
-
-    def __init__(self, env: gym.Env, indices: tuple[int, ...]):
-        super().__init__(env)
-        space = env.observation_space
-        self._indices = np.asarray(indices, np.int64)
-        self.observation_space = gym.spaces.Box(
-            space.low[self._indices], space.high[self._indices], dtype=space.dtype
-        )
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        return observation[self._indices]
-
-
 class InjectedFault(RuntimeError):
     """Raised by envs with EnvConfig.fault_every set (fault-tolerance tests)."""
 
@@ -141,7 +126,13 @@ def make_env(config: EnvConfig, seed: int | None = None, faults: bool = False) -
                 f"indices into the flat observation of {config.id} (shape "
                 f"{env.observation_space.shape}): each in [0, {dim - 1}]",
             )
-        env = KeepComponents(env, tuple(config.observation_indices))
+        keep = np.asarray(config.observation_indices, np.int64)
+        space = env.observation_space
+        env = gym.wrappers.TransformObservation(
+            env,
+            lambda obs: obs[keep],
+            gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype),
+        )
     if config.clip_rewards:
         env = gym.wrappers.ClipReward(env, -1.0, 1.0)
     if faults and config.fault_every is not None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
 import sys
 from typing import Any
 
-from apex.config import to_dict
+from apex.config import ApexConfig, to_dict
 from apex.errors import ConfigError
 from apex.jsonio import write_json_atomic
 
@@ -95,3 +96,19 @@ def prepare_run_dir(run_dir: str, config: Any, argv: list[str] | None = None) ->
         },
     )
     return path
+
+
+def run_setting(run_dir: str, path: str) -> Any:
+    """The config value at dotted `path` (e.g. 'logging.stall_seconds') that the run in
+    RUN_DIR used (its config.json), or the current default if it is not recorded there."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            value: Any = json.load(f)
+        for name in path.split("."):
+            value = value[name]
+        return value
+    except (OSError, KeyError, TypeError, ValueError):
+        value = ApexConfig()
+        for name in path.split("."):
+            value = getattr(value, name)
+        return value

@@ -9,18 +9,12 @@ need a GPU and tens of GB; here batch 32 and 4,000 sequences (160k new steps).
 """
 
 from apex.config import ApexConfig
+from configs._atari import atari_base
 
 
 def get_config() -> ApexConfig:
-    config = ApexConfig()
-    config.agent = "r2d2"
-    config.env.id = "ALE/Pong-v5"
-    config.env.preprocessing = "atari"
-    config.env.frame_skip = 4
-    config.env.screen_size = 84
+    config = atari_base("r2d2")
     config.env.frame_stack = 1
-    config.env.noop_max = 30
-    config.env.terminal_on_life_loss = False
     config.env.clip_rewards = False
     config.r2d2.sequence_length = 80
     config.r2d2.sequence_period = 40
@@ -28,14 +22,7 @@ def get_config() -> ApexConfig:
     config.r2d2.lstm_size = 512
     config.r2d2.priority_eta = 0.9
     config.r2d2.value_rescaling = True
-    config.learner.torso = "conv"
-    config.learner.hidden_sizes = (512,)
-    config.learner.dueling = True
-    config.learner.batch_size = 32
-    config.learner.learning_rate = 1e-4
     config.learner.adam_epsilon = 1e-3
-    config.learner.max_grad_norm = 40.0
-    config.learner.target_update_period = 2500
     config.learner.importance_exponent = 0.6
     config.replay.priority_exponent = 0.9
     config.replay.n_step = 5
@@ -43,13 +30,4 @@ def get_config() -> ApexConfig:
     config.replay.capacity = 4_000
     config.replay.min_size = 200
     config.replay.samples_per_insert = 1.0
-    config.actor.num_actors = 2
-    config.actor.envs_per_actor = 8
-    config.evaluation.episodes = 2
-    config.evaluation.epsilon = 0.001
-    config.evaluation.period_seconds = 300.0
-    config.evaluation.target_return = 20.0
-    config.stop.max_actor_steps = 50_000_000
-    config.stop.max_wall_seconds = None
-    config.logging.progress_period_seconds = 30.0
     return config

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from apex.coordination import SUMMARY_KEYS
 from apex.heartbeat import read_heartbeats
 from tests.procs import (
     ROOT,
@@ -20,19 +21,6 @@ from tests.procs import (
 )
 
 pytestmark = pytest.mark.integration
-
-SUMMARY_KEYS = [
-    "env_steps",
-    "learner_steps",
-    "wall_seconds",
-    "first_learner_step_seconds",
-    "env_steps_per_second",
-    "learner_steps_per_second",
-    "samples_per_insert",
-    "eval_return_mean",
-    "solved_at_wall_seconds",
-    "solved_at_env_steps",
-]
 
 
 def read(path):

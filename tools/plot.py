@@ -11,7 +11,6 @@ Prints each file and the series it holds.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -122,15 +121,10 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> dict[str, list[str]]:
             if k.startswith("actor/episode_return_band_")
         }
     )
-    edges = (0.01, 0.1)
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            edges = tuple(json.load(f)["logging"]["epsilon_bands"])
-    except (OSError, KeyError, ValueError):
-        pass
     from apex.exploration import band_labels
+    from apex.run_dir import run_setting
 
-    names_of_bands = band_labels(edges)
+    names_of_bands = band_labels(tuple(run_setting(run_dir, "logging.epsilon_bands")))
     for key in band_keys:
         pts = sorted(
             (r["time"] - t0, r[key]) for n in actors for r in data[n] if r.get(key) is not None

@@ -159,7 +159,7 @@ def run(command: str) -> int:
             stamp = time.strftime("%H:%M:%S")
             print(json.dumps({"time": stamp, "tables": stats}) if _JSON.value else f"--- {stamp}")
             if not _JSON.value:
-                print(inspect.format_stats(stats).split("\n  signature")[0], flush=True)
+                print(inspect.format_stats(stats, signature=False), flush=True)
             i += 1
     else:
         path = _checkpoint_path(command)

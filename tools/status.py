@@ -61,14 +61,10 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     """Heartbeats, liveness, replay table stats and doctor findings of RUN_DIR."""
     from apex.doctor import diagnose
     from apex.heartbeat import read_heartbeats
+    from apex.run_dir import run_setting
 
     if stall_seconds is None:
-        stall_seconds = 30.0
-        try:
-            with open(os.path.join(run_dir, "config.json")) as f:
-                stall_seconds = float(json.load(f)["logging"]["stall_seconds"])
-        except (OSError, KeyError, ValueError):
-            pass
+        stall_seconds = float(run_setting(run_dir, "logging.stall_seconds"))
     beats = read_heartbeats(run_dir)
     now = time.time()
     table = _replay_table(run_dir)
@@ -102,7 +98,7 @@ def format_status(s: dict) -> str:
     if s["replay"] is not None:
         from apex.replay.inspect import format_stats
 
-        lines.append(format_stats([s["replay"]]).split("\n  signature")[0])
+        lines.append(format_stats([s["replay"]], signature=False))
     else:
         lines.append("replay: not reachable (the run has stopped, or no replay_address)")
     if s["findings"]:

@@ -13,6 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from apex.agents import layers
+from apex.agents.dqn.networks import QNetwork, numpy_q_values
+from apex.agents.r2d2.networks import RecurrentQNetwork, numpy_recurrent_step
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
 
@@ -23,8 +25,6 @@ def make_network(config: ApexConfig, spec: EnvSpec, seed: int = 0) -> tf.Module:
     """The Q-network of `config`: QNetwork or RecurrentQNetwork."""
     lc = config.learner
     if config.agent == "r2d2":
-        from apex.agents.r2d2.networks import RecurrentQNetwork
-
         return RecurrentQNetwork(
             spec.observation_shape,
             spec.num_actions,
@@ -34,8 +34,6 @@ def make_network(config: ApexConfig, spec: EnvSpec, seed: int = 0) -> tf.Module:
             seed=seed,
             torso=lc.torso,
         )
-    from apex.agents.dqn.networks import QNetwork
-
     return QNetwork(
         spec.observation_shape,
         spec.num_actions,
@@ -86,9 +84,5 @@ class ActingPolicy:
             return self._tf_step(obs).numpy(), None
         assert self._weights is not None, "set_weights() first"
         if self.recurrent:
-            from apex.agents.r2d2.networks import numpy_recurrent_step
-
             return numpy_recurrent_step(self._weights, obs, state, self._num_torso, self._dueling)
-        from apex.agents.dqn.networks import numpy_q_values
-
         return numpy_q_values(self._weights, obs, self._dueling), None

@@ -31,48 +31,74 @@ def table_stats(client: reverb.Client, timeout: int | None = 10) -> list[dict[st
     return stats_from_server_info(client.server_info(timeout=timeout))
 
 
+def _table_dict(
+    name: str,
+    size: int,
+    capacity: int,
+    inserts: int,
+    samples: int,
+    deletes: int | None,
+    unique_samples: int,
+    spi: float,
+    min_size: int,
+    min_diff: float,
+    max_diff: float,
+    signature: Any,
+) -> dict[str, Any]:
+    # Reverb's RateLimiter: inserts are free until min_size_to_sample items
+    # exist; then an insert needs (inserts + 1) * spi - samples <= max_diff
+    # and a sample needs size >= min_size and inserts * spi - (samples + 1) >= min_diff.
+    diff = inserts * spi - samples
+    return {
+        "table": name,
+        "size": size,
+        "capacity": capacity,
+        "inserts": inserts,
+        "samples": samples,
+        "deletes": deletes,
+        "unique_samples": unique_samples,
+        "samples_per_insert": samples / inserts if inserts else 0.0,
+        "rate_limiter": {
+            "samples_per_insert": spi,
+            "min_size_to_sample": min_size,
+            "min_diff": min_diff,
+            "max_diff": max_diff,
+            "diff": diff,
+            "can_insert": bool(size + 1 <= min_size or diff + spi <= max_diff),
+            "can_sample": bool(size >= min_size and diff - 1 >= min_diff),
+        },
+        "signature": None if signature is None else repr(signature),
+    }
+
+
 def stats_from_server_info(server_info: dict[str, Any]) -> list[dict[str, Any]]:
     """table_stats from an already fetched `client.server_info()`."""
     out = []
     for name, info in sorted(server_info.items()):
         rl = info.rate_limiter_info
         inserts = int(rl.insert_stats.completed)
-        samples = int(rl.sample_stats.completed)
-        spi = float(rl.samples_per_insert)
         size = int(info.current_size)
-        # Reverb's RateLimiter: inserts are free until min_size_to_sample items
-        # exist; then an insert needs (inserts + 1) * spi - samples <= max_diff
-        # and a sample needs size >= min_size and inserts * spi - (samples + 1) >= min_diff.
-        diff = inserts * spi - samples
-        can_insert = size + 1 <= rl.min_size_to_sample or diff + spi <= rl.max_diff
-        can_sample = size >= rl.min_size_to_sample and diff - 1 >= rl.min_diff
         out.append(
-            {
-                "table": name,
-                "size": size,
-                "capacity": int(info.max_size),
-                "inserts": inserts,
-                "samples": samples,
-                "deletes": inserts - size if inserts >= size else None,
-                "unique_samples": int(info.num_unique_samples),
-                "samples_per_insert": samples / inserts if inserts else 0.0,
-                "rate_limiter": {
-                    "samples_per_insert": spi,
-                    "min_size_to_sample": int(rl.min_size_to_sample),
-                    "min_diff": float(rl.min_diff),
-                    "max_diff": float(rl.max_diff),
-                    "diff": diff,
-                    "can_insert": bool(can_insert),
-                    "can_sample": bool(can_sample),
-                },
-                "signature": None if info.signature is None else repr(info.signature),
-            }
+            _table_dict(
+                name,
+                size,
+                int(info.max_size),
+                inserts,
+                int(rl.sample_stats.completed),
+                inserts - size if inserts >= size else None,
+                int(info.num_unique_samples),
+                float(rl.samples_per_insert),
+                int(rl.min_size_to_sample),
+                float(rl.min_diff),
+                float(rl.max_diff),
+                info.signature,
+            )
         )
     return out
 
 
-def format_stats(stats: list[dict[str, Any]]) -> str:
-    """The stats as a few lines of text per table."""
+def format_stats(stats: list[dict[str, Any]], signature: bool = True) -> str:
+    """The stats as a few lines of text per table (the signature's only if `signature`)."""
     lines = []
     for t in stats:
         rl = t["rate_limiter"]
@@ -86,7 +112,7 @@ def format_stats(stats: list[dict[str, Any]]) -> str:
             f"diff={rl['diff']:,.0f} in [{rl['min_diff']:,.0f}, {rl['max_diff']:,.0f}] "
             f"min_size_to_sample={rl['min_size_to_sample']:,}"
         )
-        if t["signature"]:
+        if signature and t["signature"]:
             lines.append(f"  signature: {t['signature']}")
     return "\n".join(lines)
 
@@ -140,36 +166,21 @@ def checkpoint_stats(path: str) -> list[dict[str, Any]]:
     out = []
     for name, t in sorted(read_tables(path).items()):
         rl = t.rate_limiter
-        spi = rl.samples_per_insert
-        diff = rl.inserts * spi - rl.samples
-        out.append(
-            {
-                "table": name,
-                "size": t.num_items,
-                "capacity": t.max_size,
-                "inserts": rl.inserts,
-                "samples": rl.samples,
-                "deletes": rl.deletes,
-                "unique_samples": t.num_unique_samples,
-                "samples_per_insert": rl.samples / rl.inserts if rl.inserts else 0.0,
-                "sampler": t.sampler,
-                "remover": t.remover,
-                "rate_limiter": {
-                    "samples_per_insert": spi,
-                    "min_size_to_sample": rl.min_size_to_sample,
-                    "min_diff": rl.min_diff,
-                    "max_diff": rl.max_diff,
-                    "diff": diff,
-                    "can_insert": bool(
-                        t.num_items + 1 <= rl.min_size_to_sample or diff + spi <= rl.max_diff
-                    ),
-                    "can_sample": bool(
-                        t.num_items >= rl.min_size_to_sample and diff - 1 >= rl.min_diff
-                    ),
-                },
-                "signature": None if t.signature is None else repr(t.signature),
-            }
+        table = _table_dict(
+            name,
+            t.num_items,
+            t.max_size,
+            rl.inserts,
+            rl.samples,
+            rl.deletes,
+            t.num_unique_samples,
+            rl.samples_per_insert,
+            rl.min_size_to_sample,
+            rl.min_diff,
+            rl.max_diff,
+            t.signature,
         )
+        out.append({**table, "sampler": t.sampler, "remover": t.remover})
     return out
 
 

@@ -94,35 +94,37 @@ class DQNLearner:
         w = tf.pow(size * info.probability, -self._beta)
         return tf.cast(w / tf.reduce_max(w), tf.float32)
 
-    def _apply_gradients(self, tape: tf.GradientTape, loss: tf.Tensor) -> tf.Tensor:
-        variables = self._online.weights
-        grads = tape.gradient(loss, variables)
-        grads, grad_norm = tf.clip_by_global_norm(grads, self._config.learner.max_grad_norm)
-        self._optimizer.apply(grads, variables)
-        return grad_norm
+    def loss(self, data, weights: tf.Tensor):
+        """(loss, new priorities [B], mean Q) of a batch; the agent's part of the SGD step.
+
+        Ape-X DQN: importance-weighted Huber loss of n-step double-Q TD errors.
+        """
+        q_tm1 = self._online(data["obs"])
+        q_t_online = self._online(data["next_obs"])
+        q_t_target = self._target(data["next_obs"])
+        td = double_q_td(
+            q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target
+        )
+        loss = tf.reduce_mean(weights * huber(td, self._config.learner.huber_delta))
+        return loss, tf.abs(td), tf.reduce_mean(q_tm1)
 
     @tf.function
     def _sgd(self, iterator):
         sample = next(iterator)
-        data = sample.data
-        info = sample.info
-        w = self._importance_weights(info)
+        data, info = sample.data, sample.info
         with tf.GradientTape() as tape:
-            q_tm1 = self._online(data["obs"])
-            q_t_online = self._online(data["next_obs"])
-            q_t_target = self._target(data["next_obs"])
-            td = double_q_td(
-                q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target
-            )
-            loss = tf.reduce_mean(w * huber(td, self._config.learner.huber_delta))
-        grad_norm = self._apply_gradients(tape, loss)
+            loss, priorities, q_mean = self.loss(data, self._importance_weights(info))
+        variables = self._online.weights
+        grads = tape.gradient(loss, variables)
+        grads, grad_norm = tf.clip_by_global_norm(grads, self._config.learner.max_grad_norm)
+        self._optimizer.apply(grads, variables)
         return {
             "keys": info.key,
-            "priorities": tf.abs(td) + self._eps,
+            "priorities": priorities + self._eps,
             "sampled_priorities": info.priority,
             "loss": loss,
             "grad_norm": grad_norm,
-            "q_mean": tf.reduce_mean(q_tm1),
+            "q_mean": q_mean,
             "version": data["version"],
             "insert_time": data["insert_time"],
             "epsilon": data["epsilon"],

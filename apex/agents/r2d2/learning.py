@@ -3,7 +3,7 @@ with value rescaling over sequences, importance weights, target network,
 eta-mixed sequence priorities sent back asynchronously.
 
 Everything else (sampling, priority updates, the variable source, metrics,
-stopping) is the Ape-X learner's: this class only replaces the SGD step.
+stopping, the SGD step itself) is the Ape-X learner's: this class only replaces `loss`.
 """
 
 from __future__ import annotations
@@ -55,25 +55,11 @@ class R2D2Learner(DQNLearner):
     """Trains a RecurrentQNetwork on prioritized sequences sampled from Reverb
     (see `sequence_loss`)."""
 
-    @tf.function
-    def _sgd(self, iterator):
-        sample = next(iterator)
-        data = sample.data
-        info = sample.info
-        w = self._importance_weights(info)
-        with tf.GradientTape() as tape:
-            loss, td, train, q = sequence_loss(self._online, self._target, data, w, self._config)
-        grad_norm = self._apply_gradients(tape, loss)
+    def loss(self, data, weights: tf.Tensor):
+        """(loss, eta-mixed sequence priorities [B], mean Q over trained steps)."""
+        loss, td, train, q = sequence_loss(self._online, self._target, data, weights, self._config)
         priorities = sequence_priorities_tf(td, train, self._config.r2d2.priority_eta)
-        return {
-            "keys": info.key,
-            "priorities": priorities + self._eps,
-            "sampled_priorities": info.priority,
-            "loss": loss,
-            "grad_norm": grad_norm,
-            "q_mean": tf.reduce_sum(tf.reduce_mean(q, axis=-1) * train)
-            / tf.maximum(tf.reduce_sum(train), 1.0),
-            "version": data["version"],
-            "insert_time": data["insert_time"],
-            "epsilon": data["epsilon"],
-        }
+        q_mean = tf.reduce_sum(tf.reduce_mean(q, axis=-1) * train) / tf.maximum(
+            tf.reduce_sum(train), 1.0
+        )
+        return loss, priorities, q_mean
