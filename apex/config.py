@@ -208,6 +208,19 @@ class StopConfig:
 
 
 @dataclasses.dataclass
+class CheckpointConfig:
+    """Whole-run checkpoints in RUN_DIR/checkpoints (learner, counters, replay)."""
+
+    period_seconds: float | None = 60.0
+    """Seconds between two periodic checkpoints (None: only the one at the stop)."""
+    on_stop: bool = True
+    """Write a final checkpoint when the program stops in order (a stop
+    criterion, Ctrl-C, SIGTERM, a failed node)."""
+    keep: int = 2
+    """Complete checkpoints kept; older ones are deleted after a new one completes."""
+
+
+@dataclasses.dataclass
 class LoggingConfig:
     """Terminal progress and metrics files."""
 
@@ -241,6 +254,7 @@ class ApexConfig:
     evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
     stop: StopConfig = dataclasses.field(default_factory=StopConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     run_dir: str = ""
     """Where metrics, config and summary.json go ('' : runs/<time>-<config>)."""
     seed: int = 0
@@ -264,6 +278,44 @@ def env_step_replay_ratio(config: ApexConfig) -> float:
         return spi
     q = config.r2d2
     return spi * (q.sequence_length - q.burn_in) / q.sequence_period
+
+
+def env_steps_per_item(config: ApexConfig) -> float:
+    """Env steps (per env slot) that yield one replay item: 1 for Ape-X's
+    transitions, r2d2.sequence_period for R2D2's sequences."""
+    return float(config.r2d2.sequence_period) if config.agent == "r2d2" else 1.0
+
+
+def rate_limit_plan(config: ApexConfig) -> str:
+    """The replay and learner settings read together, as the launch line states them."""
+    r, lc = config.replay, config.learner
+    spi = float(r.samples_per_insert)
+    buffer = effective_error_buffer(r, lc.batch_size)
+    per_item = env_steps_per_item(config)
+    unit = "sequences" if config.agent == "r2d2" else "transitions"
+    return (
+        f"learner starts at {r.min_size:,} {unit} (~{r.min_size * per_item:,.0f} env steps); "
+        f"then {spi:g} samples per insert = {spi / lc.batch_size:.3g} SGD steps per item, "
+        f"each env step used ~{env_step_replay_ratio(config):.3g} times; actors may run "
+        f"~{buffer / spi:,.0f} items ahead of that ratio (error buffer {buffer:g}) before "
+        "their inserts wait, and the learner as far behind before its samples wait"
+    )
+
+
+def _check_rate_limits(c: ApexConfig) -> None:
+    """Refuses settings under which the rate limiter would never let the learner
+    (or the actors) through."""
+    r, s = c.replay, c.stop
+    per_item = env_steps_per_item(c)
+    if s.max_actor_steps is not None:
+        items = s.max_actor_steps / per_item
+        _check(
+            items >= r.min_size,
+            "replay.min_size",
+            r.min_size,
+            f"at most the {items:,.0f} items that stop.max_actor_steps={s.max_actor_steps:,} env "
+            "steps can insert, or the program stops before the learner samples once",
+        )
 
 
 def _check(cond: bool, field: str, value: Any, valid: str) -> None:
@@ -311,6 +363,8 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("actor.max_restarts", "int>=0", False),
     ("actor.restart_backoff_seconds", "num>=0", False),
     ("env.fault_every", "int>=1", True),
+    ("checkpoint.period_seconds", "num>0", True),
+    ("checkpoint.keep", "int>=1", False),
     ("learner.batch_size", "int>=1", False),
     ("learner.learning_rate", "num>0", False),
     ("learner.adam_epsilon", "num>0", False),
@@ -443,6 +497,7 @@ def validate(config: ApexConfig) -> None:
             f"None or >= {need:g} (2 * max(1, samples_per_insert) and >= learner.batch_size); a smaller buffer "
             "makes the rate limiter block the learner in the middle of a batch",
         )
+    _check_rate_limits(c)
     _check(
         s.max_actor_steps is not None
         or s.max_learner_steps is not None
@@ -554,13 +609,34 @@ def load_config_file(path: str) -> Any:
         raise ConfigError(
             "--config", path, "the path of an existing config file such as configs/apex_cartpole.py"
         )
+    if not path.endswith(".py"):
+        raise ConfigError("--config", path, "a Python file (.py) that defines get_config()")
     spec = importlib.util.spec_from_file_location(f"_apex_config_{abs(hash(path))}", path)
-    assert spec is not None and spec.loader is not None
+    if spec is None or spec.loader is None:
+        raise ConfigError("--config", path, "a Python file (.py) that defines get_config()")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - the user's file: name it and its error
+        raise ConfigError(
+            "--config", path, f"a config file that imports ({type(err).__name__}: {err})"
+        ) from None
     if not hasattr(module, "get_config"):
         raise ConfigError("--config", path, "a file that defines get_config()")
-    return module.get_config()
+    try:
+        config = module.get_config()
+    except Exception as err:  # noqa: BLE001 - the user's function: name it and its error
+        raise ConfigError(
+            "--config", path, f"a file whose get_config() runs ({type(err).__name__}: {err})"
+        ) from None
+    if not isinstance(config, ApexConfig):
+        raise ConfigError(
+            "--config",
+            path,
+            f"a file whose get_config() returns an apex.config.ApexConfig, not "
+            f"{type(config).__name__}",
+        )
+    return config
 
 
 def to_dict(config: Any) -> dict[str, Any]:

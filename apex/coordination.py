@@ -12,10 +12,11 @@ from typing import Any
 
 from apex.config import ApexConfig
 from apex.doctor import diagnose
-from apex.heartbeat import read_heartbeats
+from apex.heartbeat import STOPPED, read_heartbeats
 from apex.jsonio import write_json_atomic
 from apex.metrics import MetricsWriter
 from apex.replay.inspect import stats_from_server_info
+from apex.supervision import pid_alive
 
 SUMMARY_KEYS = (
     "env_steps",
@@ -82,6 +83,61 @@ class Coordinator:
         self._solved_at: tuple[float, int] | None = None
         self._replay_info: dict[str, float] = {}
         self.stop_reason: str | None = None
+        self._checkpoint: dict[str, Any] | None = None
+        self._checkpoint_event = threading.Event()
+        self._resumed_from: str | None = None
+        self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
+
+    # ------------------------------------------------------- checkpointing
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The counters a run checkpoint keeps (JSON-safe); `restore` reads them back."""
+        with self._lock:
+            first_act = min(self._actor_start.values()) if self._actor_start else None
+            return {
+                "wall_seconds": time.time() - self._start,
+                "actor_steps": {str(k): v for k, v in self._actor_steps.items()},
+                "actor_episodes": {str(k): v for k, v in self._actor_episodes.items()},
+                "learner_steps": self._learner_steps,
+                "first_learner_step_seconds": None
+                if self._learner_first_step is None
+                else self._learner_first_step - self._start,
+                "first_actor_seconds": None if first_act is None else first_act - self._start,
+                "eval": self._eval,
+                "best_eval": None if self._best is None else list(self._best),
+                "solved_at": None if self._solved_at is None else list(self._solved_at),
+            }
+
+    def restore(self, state: dict[str, Any], checkpoint_path: str = "") -> None:
+        """Continues from a checkpoint's counters: env and learner steps, wall
+        seconds (the clock continues from the saved value), evaluations."""
+        with self._lock:
+            self._start -= float(state.get("wall_seconds", 0.0))
+            self._actor_steps = {int(k): int(v) for k, v in state.get("actor_steps", {}).items()}
+            self._actor_episodes = {
+                int(k): int(v) for k, v in state.get("actor_episodes", {}).items()
+            }
+            self._learner_steps = int(state.get("learner_steps", 0))
+            if state.get("first_learner_step_seconds") is not None:
+                self._learner_first_step = self._start + state["first_learner_step_seconds"]
+            if state.get("first_actor_seconds") is not None:
+                for actor_id in self._actor_steps:
+                    self._actor_start[actor_id] = self._start + state["first_actor_seconds"]
+            self._eval = state.get("eval")
+            self._best = tuple(state["best_eval"]) if state.get("best_eval") else None
+            self._solved_at = tuple(state["solved_at"]) if state.get("solved_at") else None
+            self._resumed_from = checkpoint_path or None
+
+    def checkpoint_written(self, path: str, step: int, seconds: float, size: int) -> None:
+        """The learner wrote a run checkpoint (the one at a stop releases `run`)."""
+        with self._lock:
+            self._checkpoint = {
+                "path": path,
+                "learner_step": step,
+                "seconds": seconds,
+                "bytes": size,
+            }
+        if self.stop_reason is not None:
+            self._checkpoint_event.set()
 
     # -------------------------------------------------------------- reports
     def report_actor(
@@ -196,6 +252,8 @@ class Coordinator:
                 "stop_reason": self.stop_reason,
                 "failure": self._failure,
                 "policy_lag_p50_steps": self._learner_row.get("learner/policy_lag_p50_steps"),
+                "checkpoint": self._checkpoint,
+                "resumed_from": self._resumed_from,
             }
         return s
 
@@ -207,7 +265,9 @@ class Coordinator:
 
     def _write_state(self) -> None:
         if self._run_dir:
-            write_json_atomic(os.path.join(self._run_dir, "state.json"), self.summary())
+            # counters: what a run checkpoint keeps, for the learner if this node dies
+            state = dict(self.summary(), counters=self.checkpoint_state())
+            write_json_atomic(os.path.join(self._run_dir, "state.json"), state)
 
     # ---------------------------------------------------------------- loop
     def check_stop(self) -> str | None:
@@ -272,10 +332,32 @@ class Coordinator:
                 )
                 if self._stop_program is not None:
                     self._stop_program()
+                self._await_final_checkpoint()
                 return
         self.stop_reason = self.stop_reason or "stopped"
         self._poll_replay()
         self.write_summary()
+        self._await_final_checkpoint()
+
+    def _await_final_checkpoint(self) -> None:
+        """Stays up (bounded) while the learner writes its checkpoint at the stop: it
+        asks this node for the counters; summary.json then names the checkpoint."""
+        if self.final_checkpoint_timeout <= 0:
+            return
+        deadline = time.time() + self.final_checkpoint_timeout
+        while not self._checkpoint_event.wait(0.2):
+            if time.time() > deadline or self._learner_gone():
+                return
+        self.write_summary()
+
+    def _learner_gone(self) -> bool:
+        """The learner finished or died without (another) checkpoint: stop waiting."""
+        if not self._run_dir:
+            return False
+        beat = read_heartbeats(self._run_dir).get("learner")
+        if beat is None:
+            return False
+        return beat.get("state") == STOPPED or not pid_alive(int(beat.get("pid") or 0))
 
     def check_health(self, now: float | None = None) -> list[Any]:
         """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import json
 import os
+import shutil
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
 import launchpad as lp
+import reverb
 from absl import logging as absl_logging
 
+from apex import checkpointing
 from apex import heartbeat as hb
 from apex.agents.dqn.acting import VectorActor
 from apex.agents.dqn.learning import DQNLearner
@@ -45,13 +51,58 @@ from apex.variables import StopRequested
 STACK_DUMP_AFTER_STOP_SECONDS = 7.0
 
 
+# Set by launch.train: the launcher's pid. A node process whose launcher is gone
+# (SIGKILLed) stops itself in order instead of running on as an orphan.
+LAUNCHER_PID_ENV = "APEX_LAUNCHER_PID"
+_watchdog_started = False
+
+
 def _stop_requested():
     event = lp.stop_event()
     if sys.argv and sys.argv[0].endswith("process_entry.py"):  # a local_mp node process of its own
         lp.register_stop_handler(
             lambda: faulthandler.dump_traceback_later(STACK_DUMP_AFTER_STOP_SECONDS, exit=False)
         )
+        _widen_stop_window()
+        _start_launcher_watchdog()
     return event.is_set
+
+
+def _widen_stop_window() -> None:
+    """Gives this node process LAUNCH_TERMINATION_SECONDS between a stop and its
+    self-kill (Launchpad's default is 10 s), like the launcher: room for the final
+    checkpoint. Launchpad 0.5.0 reads the window once, into its process-wide
+    WorkerManager; its local_mp cannot pass that flag to nodes (a KeyError in
+    its flag forwarding), so it is set here."""
+    from launchpad.launch import worker_manager
+
+    manager = worker_manager.get_worker_manager()
+    if getattr(manager, "_termination_notice_secs", -1) > 0:
+        manager._termination_notice_secs = LAUNCH_TERMINATION_SECONDS
+
+
+def _start_launcher_watchdog() -> None:
+    """Once per process: SIGTERM this process (Launchpad's orderly stop) when the
+    launcher process has died, e.g. by SIGKILL, which Launchpad cannot see."""
+    global _watchdog_started
+    pid = int(os.environ.get(LAUNCHER_PID_ENV, "0") or 0)
+    if _watchdog_started or pid <= 0:
+        return
+    _watchdog_started = True
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                print(f"[apex] the launcher (pid {pid}) is gone; stopping this node", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            except PermissionError:  # exists, another user's: not ours any more
+                continue
+
+    threading.Thread(target=watch, name="launcher-watchdog", daemon=True).start()
 
 
 # Seconds the learner's process (which hosts the colocated replay server) stays
@@ -61,12 +112,35 @@ def _stop_requested():
 REPLAY_STOP_GRACE_SECONDS = 2.0
 
 
+# Longest the replay server and the coordinator wait at a stop for the learner's
+# final checkpoint (Launchpad kills a node LAUNCH_TERMINATION_SECONDS after it).
+FINAL_CHECKPOINT_WAIT_SECONDS = 24.0
+# Seconds Launchpad gives nodes between the stop request and SIGKILL (its
+# lp_termination_notice_secs); launch.train passes it to every node process.
+LAUNCH_TERMINATION_SECONDS = 28
+
+
 class GracefulReverbNode(lp.ReverbNode):
-    """lp.ReverbNode whose server outlives the stop request by the grace period."""
+    """lp.ReverbNode whose server outlives the stop request: by the grace period,
+    and, when the learner writes a checkpoint at the stop, until it is written
+    (the learner's heartbeat turns 'stopped'), at most FINAL_CHECKPOINT_WAIT_SECONDS."""
+
+    def __init__(self, tables_fn, checkpoint_ctor=None, run_dir: str = "", wait: bool = False):
+        super().__init__(tables_fn, checkpoint_ctor)
+        self._run_dir = run_dir
+        self._wait = wait
 
     def run(self) -> None:
         super().run()  # returns when the program is asked to stop
         time.sleep(REPLAY_STOP_GRACE_SECONDS + 0.5)
+        if not (self._wait and self._run_dir):
+            return
+        deadline = time.time() + FINAL_CHECKPOINT_WAIT_SECONDS
+        while time.time() < deadline:
+            learner = hb.read_heartbeats(self._run_dir).get("learner")
+            if learner is None or learner.get("state") == hb.STOPPED:
+                return
+            time.sleep(0.2)
 
 
 def _quiet_logs() -> None:
@@ -86,14 +160,25 @@ def _heartbeat(config: ApexConfig, run_dir: str, name: str, counters) -> hb.Hear
 
 
 class LearnerNode:
-    """Learner + variable source. Public methods are courier RPCs."""
+    """Learner + variable source + run checkpoints. Public methods are courier RPCs."""
 
-    def __init__(self, config: ApexConfig, spec: EnvSpec, replay, coordinator, run_dir: str):
+    def __init__(
+        self,
+        config: ApexConfig,
+        spec: EnvSpec,
+        replay,
+        coordinator,
+        run_dir: str,
+        resume_from: str = "",
+    ):
         _quiet_logs()
         if run_dir:  # lets tools find the live replay: python -m tools.replay stats --run_dir=...
             with open(os.path.join(run_dir, "replay_address"), "w") as f:
                 f.write(replay.server_address + "\n")
         learner_class = R2D2Learner if config.agent == "r2d2" else DQNLearner
+        self._config = config
+        self._run_dir = run_dir
+        self._coordinator = coordinator
         self._heartbeat = _heartbeat(config, run_dir, "learner", self._counters)
         self._learner = learner_class(
             config,
@@ -103,13 +188,55 @@ class LearnerNode:
             metrics=_metrics(config, run_dir, "learner", "learner/steps"),
             heartbeat=self._heartbeat,
         )
+        if resume_from:
+            self._learner.set_state(checkpointing.load(resume_from).learner)
+        ck = config.checkpoint
+        if run_dir and (ck.period_seconds is not None or ck.on_stop):
+            self._learner.checkpointer = checkpointing.RunCheckpointer(
+                run_dir,
+                checkpointing.make_manifest(
+                    config, self._learner.signature, self._learner.network_shapes()
+                ),
+                self._learner.replay_client,
+                counters=self._checkpoint_counters,
+                period_seconds=ck.period_seconds,
+                keep=ck.keep,
+                on_written=self._checkpoint_written,
+            )
 
     def run(self) -> None:
         try:
             self._learner.run(_stop_requested())
             self._learner.drain(REPLAY_STOP_GRACE_SECONDS)
+            if self._learner.checkpointer is not None and self._config.checkpoint.on_stop:
+                try:
+                    self._learner.checkpointer.save(self._learner, reason="stop")
+                except Exception as err:  # noqa: BLE001 - say so; the periodic ones remain
+                    print(
+                        f"[apex] the checkpoint at the stop failed ({type(err).__name__}: {err}); "
+                        "a resume starts from the last periodic one",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             self._heartbeat.close()
+
+    def checkpoint(self) -> str:
+        """Writes a run checkpoint now; returns its path (RPC)."""
+        return self._learner.checkpoint_now()
+
+    def _checkpoint_counters(self) -> dict:
+        try:
+            return self._coordinator.checkpoint_state()
+        except Exception:  # noqa: BLE001 - the coordinator is gone: its last state.json
+            try:
+                with open(os.path.join(self._run_dir, "state.json")) as f:
+                    return json.load(f).get("counters", {})
+            except (OSError, ValueError):
+                return {}
+
+    def _checkpoint_written(self, path: str, step: int, seconds: float, size: int) -> None:
+        self._coordinator.checkpoint_written(path, step, seconds, size)
 
     def _counters(self) -> dict:
         learner = getattr(self, "_learner", None)
@@ -135,9 +262,17 @@ class LearnerNode:
 
 class ActorNode:
     def __init__(
-        self, config: ApexConfig, actor_id: int, replay, learner, coordinator, run_dir: str
+        self,
+        config: ApexConfig,
+        actor_id: int,
+        replay,
+        learner,
+        coordinator,
+        run_dir: str,
+        initial_counts: tuple[int, int] = (0, 0),
     ):
         _quiet_logs()
+        self._initial_counts = initial_counts  # (env steps, episodes) of a resumed run
         self._config = config
         self._actor_id = actor_id
         self._replay = replay
@@ -234,6 +369,8 @@ class ActorNode:
             previous = holder.get("actor")
             if previous is not None:
                 actor.resume_counts(previous)
+            else:
+                actor.env_steps, actor.episodes = self._initial_counts
             actor.restarts = restarts
             holder["actor"] = actor
             beat.enter(hb.ACTING)
@@ -265,7 +402,15 @@ class EvaluatorNode:
 
 
 class CoordinatorNode:
-    def __init__(self, config: ApexConfig, run_dir: str, start_time: float, replay):
+    def __init__(
+        self,
+        config: ApexConfig,
+        run_dir: str,
+        start_time: float,
+        replay,
+        resume_state: dict | None = None,
+        resume_from: str = "",
+    ):
         _quiet_logs()
         self._coordinator = Coordinator(
             config,
@@ -275,6 +420,10 @@ class CoordinatorNode:
             stop_program=lp.stop,
             metrics=_metrics(config, run_dir, "coordinator", "coordinator/env_steps"),
         )
+        if resume_state:
+            self._coordinator.restore(resume_state, resume_from)
+        if run_dir and config.checkpoint.on_stop:
+            self._coordinator.final_checkpoint_timeout = FINAL_CHECKPOINT_WAIT_SECONDS
         self._heartbeat = _heartbeat(
             config, run_dir, "coordinator", lambda: {"env_steps": self._coordinator.env_steps}
         )
@@ -301,19 +450,30 @@ class CoordinatorNode:
     def get_counts(self):
         return self._coordinator.get_counts()
 
+    def checkpoint_state(self):
+        return self._coordinator.checkpoint_state()
+
+    def checkpoint_written(self, path, step, seconds, size) -> None:
+        self._coordinator.checkpoint_written(path, step, seconds, size)
+
     def summary(self):
         return self._coordinator.summary()
 
 
 def make_program(
-    config: ApexConfig, run_dir: str = "", start_time: float | None = None
+    config: ApexConfig,
+    run_dir: str = "",
+    start_time: float | None = None,
+    resume: checkpointing.Checkpoint | None = None,
 ) -> lp.Program:
     """Builds the Launchpad program of `config` (validated first).
 
     Args:
       config: the program config.
-      run_dir: where nodes write metrics and summary.json ('' : nothing written).
+      run_dir: where nodes write metrics, summary.json and checkpoints ('' : nothing written).
       start_time: unix time of the launch; wall_seconds count from it.
+      resume: a checkpoint to continue from (checked against `config` by the caller:
+        `launch.train.resume_checkpoint`): learner state, counters and replay.
     """
     validate(config)
     if config.replay.port is not None:
@@ -322,14 +482,36 @@ def make_program(
     start_time = time.time() if start_time is None else start_time
     program = lp.Program("apex")
 
-    replay_node = GracefulReverbNode(functools.partial(make_tables, config, spec))
+    checkpoint_ctor = None
+    if run_dir:
+        # The server's checkpointer root holds only transient checkpoints (tools'
+        # snapshots, a run checkpoint's replay until it is moved): start it empty,
+        # since Reverb loads the fallback (a resumed replay) only into an empty root.
+        shutil.rmtree(checkpointing.replay_root(run_dir), ignore_errors=True)
+        checkpoint_ctor = functools.partial(
+            reverb.checkpointers.DefaultCheckpointer,
+            path=checkpointing.replay_root(run_dir),
+            fallback_checkpoint_path=resume.replay_path if resume is not None else None,
+        )
+    replay_node = GracefulReverbNode(
+        functools.partial(make_tables, config, spec),
+        checkpoint_ctor,
+        run_dir=run_dir,
+        wait=config.checkpoint.on_stop,
+    )
     replay = replay_node.create_handle()
 
-    coordinator_node = lp.CourierNode(CoordinatorNode, config, run_dir, start_time, replay)
+    resume_state = resume.state if resume is not None else None
+    resume_from = resume.path if resume is not None else ""
+    coordinator_node = lp.CourierNode(
+        CoordinatorNode, config, run_dir, start_time, replay, resume_state, resume_from
+    )
     coordinator = coordinator_node.create_handle()
     coordinator.set_client_kwargs(call_timeout=5)  # reports never hang on a stopped coordinator
 
-    learner_node = lp.CourierNode(LearnerNode, config, spec, replay, coordinator, run_dir)
+    learner_node = lp.CourierNode(
+        LearnerNode, config, spec, replay, coordinator, run_dir, resume_from
+    )
     learner = learner_node.create_handle()
     # Calls to the learner fail after 5 s instead of hanging on a dead node;
     # callers retry or stop (wait_for_ready still covers the learner's start-up).
@@ -351,8 +533,14 @@ def make_program(
 
     with program.group("actor"):
         for i in range(config.actor.num_actors):
+            counts = (0, 0)
+            if resume_state:
+                counts = (
+                    int(resume_state.get("actor_steps", {}).get(str(i), 0)),
+                    int(resume_state.get("actor_episodes", {}).get(str(i), 0)),
+                )
             program.add_node(
-                lp.CourierNode(ActorNode, config, i, replay, learner, coordinator, run_dir)
+                lp.CourierNode(ActorNode, config, i, replay, learner, coordinator, run_dir, counts)
             )
     return program
 

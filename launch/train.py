@@ -5,7 +5,9 @@ Overrides: any config field as `--config.<section>.<field>=<value>`, e.g.
 Launch: `--lp_launch_type=local_mp` (default; one process per node),
 `local_mt` (threads in one process) or `test_mt`.
 Output: the run directory (config.run_dir, default runs/<time>-<config>) holds
-config.json, versions.json, metrics/*.jsonl and summary.json.
+config.json, versions.json, metrics/*.jsonl, checkpoints/ and summary.json.
+Resume: `--config.run_dir=EXISTING` (or `--resume`) continues from the newest
+complete checkpoint in it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 
 import json  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -27,10 +31,13 @@ from absl import app, flags, logging  # noqa: E402
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
+
+from apex import checkpointing  # noqa: E402
 from apex import config as apex_config  # noqa: E402
 from apex.coordination import SUMMARY_KEYS  # noqa: E402
 from apex.errors import ConfigError  # noqa: E402
 from apex.jsonio import write_json_atomic  # noqa: E402
+from apex.supervision import NodeMonitor  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", None, "Path of a config file with get_config().")
 _TERMINAL = flags.DEFINE_enum(
@@ -40,7 +47,23 @@ _TERMINAL = flags.DEFINE_enum(
     "Where local_mp node output goes (output_to_files: $LAUNCHPAD_LOGGING_DIR).",
 )
 
+_RESUME = flags.DEFINE_bool(
+    "resume",
+    False,
+    "Require a resume: --config.run_dir must hold a complete checkpoint. (A run_dir "
+    "holding one is resumed without this flag too.)",
+)
+
+_ISOLATE = flags.DEFINE_bool(
+    "isolate_network",
+    False,
+    "Run the program in a private network namespace (unshare -rn): only loopback, no port "
+    "reachable from the host or the network. tools.replay/status --run_dir then read "
+    "checkpoints and heartbeats only (the live server is not reachable from outside).",
+)
+
 _OVERRIDES: list[tuple[str, str]] = []
+_LAUNCH_TIME = time.time()
 
 
 def parse_argv(argv: list[str]) -> list[str]:
@@ -71,18 +94,71 @@ def load_config(path: str, overrides: list[tuple[str, str]]) -> apex_config.Apex
     return config
 
 
-def _finalize_summary(run_dir: str, reason: str) -> dict | None:
-    """Writes summary.json from the coordinator's last state if the coordinator could not."""
-    path = os.path.join(run_dir, "summary.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    state = os.path.join(run_dir, "state.json")
-    if not os.path.exists(state):
+def resume_checkpoint(
+    config: apex_config.ApexConfig, run_dir: str, require: bool
+) -> checkpointing.Checkpoint | None:
+    """The checkpoint a launch into `run_dir` continues from (None: a fresh run).
+
+    Raises ConfigError when there is nothing to resume but a run is there (or a
+    resume was required), and CheckpointError when the newest complete
+    checkpoint is corrupt or does not fit `config`.
+    """
+    has_run = os.path.isfile(os.path.join(run_dir, "config.json"))
+    latest = checkpointing.latest_complete(run_dir) if os.path.isdir(run_dir) else None
+    if latest is None:
+        if require or has_run:
+            folder = checkpointing.checkpoints_dir(run_dir)
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+            partial = sorted(n for n in names if n.endswith(".partial"))
+            why = "it holds no run" if not has_run else "it holds a run with no complete checkpoint"
+            if partial:
+                why += f" (only half-written ones, ignored: {', '.join(sorted(partial))})"
+            raise ConfigError(
+                "run_dir",
+                run_dir,
+                f"a new directory, or a run directory with a complete checkpoint to resume; {why}",
+            )
         return None
-    with open(state) as f:
-        summary = json.load(f)
-    summary["stop_reason"] = summary.get("stop_reason") or reason
+    try:
+        checkpoint = checkpointing.load(latest)
+    except checkpointing.CheckpointError as err:
+        older = checkpointing.list_complete(run_dir)[:-1]
+        hint = (
+            f"; move it away to resume from {os.path.basename(older[-1])}"
+            if older
+            else "; no older complete checkpoint is left"
+        )
+        raise checkpointing.CheckpointError(f"{err}{hint}") from None
+    from apex.agents.policy import make_network
+    from apex.envs import env_spec
+    from apex.replay.tables import item_signature
+
+    spec = env_spec(config.env)
+    shapes = [list(w.shape) for w in make_network(config, spec, seed=0).weights]
+    current = checkpointing.make_manifest(config, item_signature(config, spec), shapes)
+    checkpointing.check_compatible(checkpoint, current)
+    return checkpoint
+
+
+def _finalize_summary(run_dir: str, reason: str, failure: str | None = None) -> dict | None:
+    """Writes summary.json from the coordinator's last state if the coordinator could
+    not; records a node death the launcher saw (`failure`) either way."""
+    path = os.path.join(run_dir, "summary.json")
+    summary = None
+    if os.path.exists(path) and os.path.getmtime(path) >= _LAUNCH_TIME:
+        with open(path) as f:
+            summary = json.load(f)
+    else:
+        state = os.path.join(run_dir, "state.json")
+        if not os.path.exists(state):
+            return None
+        with open(state) as f:
+            summary = json.load(f)
+        summary.pop("counters", None)
+        summary["stop_reason"] = summary.get("stop_reason") or reason
+    if failure is not None:
+        summary["stop_reason"] = "node failed"
+        summary["failure"] = failure
     write_json_atomic(path, summary)
     return summary
 
@@ -94,30 +170,67 @@ def main(argv: list[str]) -> int:
     if not _CONFIG.value:
         raise ConfigError("--config", None, "a config file, e.g. --config=configs/apex_cartpole.py")
     config = load_config(_CONFIG.value, _OVERRIDES)
+    if _ISOLATE.value:
+        from apex import netns
+
+        if os.environ.get(netns.ENV_MARK) != "1":  # re-execute inside the namespace
+            prefix = netns.unshare_command()
+            env = dict(os.environ, **{netns.ENV_MARK: "1"})
+            sys.stdout.flush()
+            os.execvpe(
+                prefix[0], [*prefix, sys.executable, "-m", "launch.train", *sys.argv[1:]], env
+            )
+        netns.loopback_up()
+        print(f"[apex] isolated network namespace: interfaces {netns.interfaces()}", flush=True)
 
     from apex.run_dir import default_run_dir, prepare_run_dir
+    from launch import program as program_lib
 
-    run_dir = prepare_run_dir(config.run_dir or default_run_dir(_CONFIG.value), config)
+    if config.replay.port is not None:  # before anything is written
+        program_lib.check_port_free("replay.port", config.replay.port)
+    run_dir = os.path.abspath(config.run_dir or default_run_dir(_CONFIG.value))
+    try:
+        resume = resume_checkpoint(config, run_dir, _RESUME.value)
+    except checkpointing.CheckpointError as err:
+        print(f"apex: {err}", file=sys.stderr)
+        return 2
+    run_dir = prepare_run_dir(run_dir, config)
     config.run_dir = run_dir
+    # Heartbeats of a previous launch name dead pids: start without them.
+    shutil.rmtree(os.path.join(run_dir, "heartbeats"), ignore_errors=True)
 
-    from launch.program import make_program
-
-    program = make_program(config, run_dir=run_dir, start_time=start_time)
+    program = program_lib.make_program(
+        config, run_dir=run_dir, start_time=start_time, resume=resume
+    )
     # Launchpad's own default is local_mt; apex's is one process per node.
     launch_type = (
         flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
     )
     print(f"[apex] run_dir: {run_dir}", flush=True)
+    if resume is not None:
+        st = resume.state
+        print(
+            f"[apex] resuming from {os.path.relpath(resume.path, run_dir)}: learner step "
+            f"{resume.step:,}, env steps {sum(st.get('actor_steps', {}).values()):,}, "
+            f"{st.get('wall_seconds', 0.0):.1f} s so far (stop.* limits count from these)",
+            flush=True,
+        )
     print(
         f"[apex] launching {launch_type}: {config.agent}, {config.actor.num_actors} actors x "
-        f"{config.actor.envs_per_actor} envs on {config.env.id}; replay ratio "
-        f"~{apex_config.env_step_replay_ratio(config):.2g} (SGD uses per env step at "
-        f"samples_per_insert {config.replay.samples_per_insert:g})",
+        f"{config.actor.envs_per_actor} envs on {config.env.id}",
         flush=True,
     )
+    print(f"[apex] replay: {apex_config.rate_limit_plan(config)}", flush=True)
+    monitor = None
     if launch_type == "local_mp":
         os.environ.setdefault("LAUNCHPAD_LOGGING_DIR", os.path.join(run_dir, "logs"))
+        os.environ[program_lib.LAUNCHER_PID_ENV] = str(os.getpid())
         manager = lp.launch(program, launch_type=launch_type, terminal=_TERMINAL.value)
+        monitor = NodeMonitor(
+            run_dir,
+            on_death=lambda message: _stop_after_death(message),
+            stopping=manager.stop_event().is_set,
+        ).start()
     else:
         manager = lp.launch(program, launch_type=launch_type, serialize_py_nodes=False)
     failed = None
@@ -126,12 +239,15 @@ def main(argv: list[str]) -> int:
             manager.wait()
     except Exception as err:  # noqa: BLE001 - a node failed: report it and still write the summary
         failed = err
-    summary = _finalize_summary(run_dir, "node failed" if failed else "stopped")
+    death = monitor.failure if monitor is not None else None
+    summary = _finalize_summary(run_dir, "node failed" if failed else "stopped", death)
     if summary is not None:
         print(
             "[apex] summary: " + json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}), flush=True
         )
     print(f"[apex] summary.json: {os.path.join(run_dir, 'summary.json')}", flush=True)
+    if death is not None:
+        failed = death
     if failed is None and summary is not None and summary.get("stop_reason") == "node failed":
         failed = summary.get("failure") or "see the node output above"
     if failed is not None:
@@ -140,9 +256,27 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run() -> None:
+def _stop_after_death(message: str) -> None:
+    print(f"[apex] {message}; stopping the program", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # Launchpad's own orderly stop of every node
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's parsing of what parse_argv leaves; a bad flag is one line and exit 2."""
     try:
-        app.run(main, flags_parser=lambda argv: flags.FLAGS(parse_argv(argv)))
+        return flags.FLAGS(parse_argv(argv))
+    except flags.Error as err:
+        print(f"apex: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run() -> None:
+    # Launchpad's stop window (SIGTERM to SIGKILL): room for the final checkpoint.
+    from launch.program import LAUNCH_TERMINATION_SECONDS
+
+    flags.FLAGS.set_default("lp_termination_notice_secs", LAUNCH_TERMINATION_SECONDS)
+    try:
+        app.run(main, flags_parser=parse_flags)
     except ConfigError as err:
         print(f"apex: invalid configuration: {err}", file=sys.stderr)
         sys.exit(2)

@@ -37,6 +37,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import json  # noqa: E402
+import socket  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -49,7 +50,7 @@ _TABLE = flags.DEFINE_string("table", None, "Table name (default: the only table
 _JSON = flags.DEFINE_bool("json", False, "Print JSON instead of text.")
 _TIMEOUT = flags.DEFINE_integer("timeout", 10, "Seconds to wait for a live server.")
 _K = flags.DEFINE_integer("k", 10, "priorities: how many top and bottom items.")
-_BINS = flags.DEFINE_integer("bins", 20, "priorities: histogram bins.")
+_BINS = flags.DEFINE_integer("bins", 20, "priorities: histogram bins.", lower_bound=1)
 _PNG = flags.DEFINE_string("png", None, "priorities: also write the histogram to this PNG.")
 _N = flags.DEFINE_integer("n", 10, "items: how many items.")
 _ORDER = flags.DEFINE_enum(
@@ -84,9 +85,25 @@ def _server() -> str | None:
     return None
 
 
+def _probe(address: str) -> None:
+    """Fails at once, in one line, on a malformed address or one nobody listens on
+    (gRPC would wait out the whole --timeout and then report only a timeout)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _Usage(f"the Reverb address {address!r} is not HOST:PORT with a port in [1, 65535]")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=_TIMEOUT.value).close()
+    except OSError as err:
+        hint = " (is the program running?)" if isinstance(err, ConnectionRefusedError) else ""
+        raise _Usage(
+            f"cannot reach the Reverb server {address}: {err.strerror or err}{hint}", code=1
+        ) from None
+
+
 def _client(address: str):
     import reverb
 
+    _probe(address)
     client = reverb.Client(address)
     try:
         client.server_info(timeout=_TIMEOUT.value)
@@ -106,11 +123,19 @@ def _checkpoint_path(command: str) -> str:
             return resolve_checkpoint(_CHECKPOINT.value)
         except CheckpointError as err:
             raise _Usage(str(err)) from None
-    address = _server()
+    address = _server() if not _run_checkpoint_only() else None
+    if address is None and _RUN_DIR.value:
+        return _run_checkpoint(command, "no replay_address")
     if address is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
+    try:
+        client = _client(address)
+    except _Usage as err:
+        if _RUN_DIR.value and err.code == 1:  # a stopped (or isolated) run: its checkpoint
+            return _run_checkpoint(command, str(err))
+        raise
     t0 = time.time()
-    path = snapshot(_client(address))
+    path = snapshot(client)
     print(
         f"[tools.replay {command}] snapshot of {address} written in {time.time() - t0:.2f} s: {path}",
         file=sys.stderr,
@@ -118,10 +143,35 @@ def _checkpoint_path(command: str) -> str:
     return path
 
 
+def _run_checkpoint_only() -> bool:
+    return bool(_RUN_DIR.value) and not os.path.exists(
+        os.path.join(_RUN_DIR.value, "replay_address")
+    )
+
+
+def _run_checkpoint(command: str, why: str) -> str:
+    """The replay of the run's newest complete whole-run checkpoint (RUN_DIR/checkpoints)."""
+    from apex.checkpointing import REPLAY_DIR, latest_complete
+
+    latest = latest_complete(_RUN_DIR.value)
+    if latest is None:
+        raise _Usage(
+            f"{why}; and {_RUN_DIR.value} has no complete checkpoint to read instead", code=1
+        )
+    print(
+        f"[tools.replay {command}] the live server is not reachable ({why}); reading the "
+        f"run's newest checkpoint {latest} (as of that checkpoint)",
+        file=sys.stderr,
+    )
+    return os.path.join(latest, REPLAY_DIR)
+
+
 def _table(path: str) -> str:
     from apex.replay.checkpoint_reader import read_tables
 
     names = sorted(read_tables(path))
+    if not names:
+        raise _Usage(f"the checkpoint {path} holds no tables")
     if _TABLE.value:
         if _TABLE.value not in names:
             raise _Usage(f"--table={_TABLE.value!r} is not in the checkpoint; tables: {names}")
@@ -135,7 +185,11 @@ def _stats() -> list:
     from apex.replay.inspect import checkpoint_stats, table_stats
 
     if _CHECKPOINT.value:
-        return checkpoint_stats(_checkpoint_path("stats"))
+        path = _checkpoint_path("stats")
+        stats = checkpoint_stats(path)
+        if not stats:
+            raise _Usage(f"the checkpoint {path} holds no tables")
+        return stats
     address = _server()
     if address is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
@@ -191,7 +245,12 @@ def run(command: str) -> int:
                 else:
                     print(text)
         elif command == "breakdown":
-            bands = tuple(float(x) for x in _BANDS.value)
+            try:
+                bands = tuple(float(x) for x in _BANDS.value)
+            except ValueError:
+                raise _Usage(
+                    f"--bands={','.join(_BANDS.value)} is invalid: expected numbers, e.g. --bands=0.01,0.1"
+                ) from None
             b = inspect.breakdown(inspect.item_table(path, table), bands, _VERSION_BINS.value)
             print(
                 json.dumps(b, indent=2)
@@ -209,11 +268,20 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    from apex.replay.checkpoint_reader import CheckpointError
+
     try:
         return run(argv[1])
     except _Usage as err:
         print(f"tools.replay: {err}", file=sys.stderr)
         return err.code
+    except CheckpointError as err:  # corrupt or unreadable: one line, not a traceback
+        print(f"tools.replay: cannot read the checkpoint: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # e.g. --out or --png in a folder that cannot be written
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"tools.replay: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ _STALL = flags.DEFINE_float(
     "stall_seconds", None, "Doctor threshold (default: the run's logging.stall_seconds)."
 )
 
+# What a run directory has from its start (config.json) or from its nodes.
+RUN_DIR_MARKERS = ("config.json", "heartbeats", "replay_address")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -138,6 +141,13 @@ def main(argv: list[str]) -> int:
     run_dir = argv[1]
     if not os.path.isdir(run_dir):
         print(f"tools.status: {run_dir} is not a directory", file=sys.stderr)
+        return 2
+    if not any(os.path.exists(os.path.join(run_dir, m)) for m in RUN_DIR_MARKERS):
+        print(
+            f"tools.status: {run_dir} is not an apex run directory (it has none of "
+            f"{', '.join(RUN_DIR_MARKERS)})",
+            file=sys.stderr,
+        )
         return 2
     s = status(run_dir, _STALL.value)
     if _STACKS.value:

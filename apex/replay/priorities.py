@@ -89,9 +89,9 @@ class PriorityUpdater:
         """Blocks until every update put so far has been sent."""
         done = threading.Event()
         self._queue.put(done)
-        if self._started:
+        if self._started and self._thread.is_alive():
             done.wait(timeout)
-        else:
+        else:  # not started, or closed: send from this thread
             self._drain_now()
 
     def _drain_now(self) -> None:

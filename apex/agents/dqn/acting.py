@@ -193,7 +193,7 @@ class VectorActor:
         if not self.restarts:  # a restarted actor keeps its first start (rates stay right)
             self._start_time = time.time()
         last_report = time.time()
-        last_steps = 0
+        last_steps = self.env_steps
         while not should_stop():
             if max_steps is not None and self.env_steps >= max_steps:
                 break

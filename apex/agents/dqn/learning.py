@@ -87,6 +87,8 @@ class DQNLearner:
         self.last_update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._error: Exception | None = None
         self._should_stop: Callable[[], bool] | None = None
+        self.checkpointer: Any = None  # apex.checkpointing.RunCheckpointer, set by the node
+        self._checkpoint_requests: list[tuple[str, threading.Event, list]] = []
 
     # ------------------------------------------------------------------ SGD
     def _importance_weights(self, info) -> tf.Tensor:
@@ -216,6 +218,9 @@ class DQNLearner:
                 else:
                     self.step()
                 now = time.time()
+                if self.checkpointer is not None and self.checkpointer.due(now):
+                    self.checkpointer.save(self)  # between two steps: weights are whole
+                self._serve_checkpoint_requests()
                 if now - last_t >= period:
                     self.report(now, (self.steps - last_steps) / (now - last_t))
                     last_t, last_steps = now, self.steps
@@ -319,6 +324,82 @@ class DQNLearner:
         version, weights = self.steps, self._online.get_weights()
         self._weights_cache = (version, weights)
         return version, weights, info
+
+    # ---------------------------------------------------------- checkpoints
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Everything SGD needs to continue exactly: online and target weights,
+        Adam's moments and step count, the learner step and the max priority."""
+        state: dict[str, np.ndarray] = {"steps": np.asarray(self.steps, np.int64)}
+        state["max_priority"] = np.asarray(self._updater.max_priority, np.float64)
+        state["adam_iterations"] = self._optimizer.iterations.numpy()
+        groups = {
+            "online": self._online.weights,
+            "target": self._target.weights,
+            "adam_m": self._optimizer.m,
+            "adam_v": self._optimizer.v,
+        }
+        for prefix, variables in groups.items():
+            for i, v in enumerate(variables):
+                state[f"{prefix}/{i}"] = v.numpy()
+        return state
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restores `get_state()`'s output; ValueError names a missing or misshapen array."""
+        groups = {
+            "online": self._online.weights,
+            "target": self._target.weights,
+            "adam_m": self._optimizer.m,
+            "adam_v": self._optimizer.v,
+        }
+        for prefix, variables in groups.items():
+            count = sum(1 for k in state if k.startswith(prefix + "/"))
+            if count != len(variables):
+                raise ValueError(
+                    f"{prefix}: {count} arrays saved, the network has {len(variables)}"
+                )
+            for i, v in enumerate(variables):
+                value = state[f"{prefix}/{i}"]
+                if tuple(value.shape) != tuple(v.shape):
+                    raise ValueError(f"{prefix}/{i}: saved shape {value.shape}, now {v.shape}")
+                v.assign(value)
+        self._optimizer.iterations.assign(int(state["adam_iterations"]))
+        self.steps = int(state["steps"])
+        self._updater.max_priority = float(state.get("max_priority", 0.0))
+        self._weights_cache = (self.steps, self._online.get_weights())
+
+    def checkpoint_now(self, reason: str = "requested", timeout: float = 120.0) -> str:
+        """Writes a run checkpoint now (between two SGD steps if training); its path."""
+        if self.checkpointer is None:
+            raise RuntimeError("this learner has no checkpointer (no run_dir)")
+        if not self._training:
+            return self.checkpointer.save(self, reason)
+        done, result = threading.Event(), []
+        self._checkpoint_requests.append((reason, done, result))
+        if not done.wait(timeout):
+            raise TimeoutError(f"no checkpoint within {timeout} s (the learner is not stepping)")
+        if isinstance(result[0], Exception):
+            raise result[0]
+        return result[0]
+
+    def _serve_checkpoint_requests(self) -> None:
+        while self._checkpoint_requests:
+            reason, done, result = self._checkpoint_requests.pop(0)
+            try:
+                result.append(self.checkpointer.save(self, reason))
+            except Exception as err:  # noqa: BLE001 - handed to the caller
+                result.append(err)
+            done.set()
+
+    def network_shapes(self) -> list[list[int]]:
+        return [list(v.shape) for v in self._online.weights]
+
+    @property
+    def signature(self):
+        return self._signature
+
+    @property
+    def replay_client(self) -> reverb.Client:
+        return self._client
 
     def close(self) -> None:
         self._updater.close()

@@ -1,0 +1,368 @@
+"""Whole-run checkpoints: learner, counters and replay in one directory.
+
+Layout of RUN_DIR/checkpoints/ckpt-<learner step, 9 digits>/:
+
+    learner.npz     online and target weights, Adam's m, v and step count, learner step
+    state.json      the coordinator's counters (env steps per actor, episodes,
+                    learner steps, wall seconds, best evaluation, ...)
+    manifest.json   format, time, package versions, git commit, the config, the
+                    replay table (name, settings, signature), the network's shapes
+    replay/         a Reverb checkpoint of the replay server: items, priorities,
+                    table and rate-limiter state
+    COMPLETE        written last: a directory without it is never loaded
+
+A checkpoint is assembled in `ckpt-N.partial/` and renamed when complete, so a
+crash (or a SIGKILL) in the middle leaves a `.partial` directory that
+`latest_complete` skips. After a new checkpoint completes, all but the newest
+`checkpoint.keep` are deleted.
+
+The live Reverb server's own checkpointer writes into RUN_DIR/replay_checkpoints
+(where `tools.replay` snapshots also go). Reverb keeps only the newest
+checkpoint of that root, so each replay checkpoint is moved out of it into its
+run checkpoint as soon as it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from apex.config import ApexConfig, to_dict
+from apex.errors import ApexError
+from apex.jsonio import write_json_atomic
+
+CHECKPOINTS_DIR = "checkpoints"
+REPLAY_ROOT = "replay_checkpoints"
+COMPLETE = "COMPLETE"
+LEARNER_FILE = "learner.npz"
+STATE_FILE = "state.json"
+MANIFEST_FILE = "manifest.json"
+REPLAY_DIR = "replay"
+FORMAT = 1
+_NAME = re.compile(r"^ckpt-(\d+)$")
+
+# Settings Reverb restores from its checkpoint (it ignores the new table's), and
+# settings that change the shapes of what is stored or trained: a resume with any
+# of them changed is refused, naming the field.
+STRUCTURAL_FIELDS = (
+    "agent",
+    "env.id",
+    "env.observation_indices",
+    "env.preprocessing",
+    "env.screen_size",
+    "env.frame_stack",
+    "learner.torso",
+    "learner.hidden_sizes",
+    "learner.dueling",
+    "r2d2.lstm_size",
+    "r2d2.sequence_length",
+    "replay.capacity",
+    "replay.min_size",
+    "replay.samples_per_insert",
+    "replay.error_buffer",
+    "replay.priority_exponent",
+)
+
+
+class CheckpointError(ApexError):
+    """A run checkpoint is missing, incomplete, corrupt or does not fit the config."""
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A complete run checkpoint as read from disk."""
+
+    path: str
+    step: int
+    learner: dict[str, np.ndarray]
+    state: dict[str, Any]
+    manifest: dict[str, Any]
+
+    @property
+    def replay_path(self) -> str:
+        return os.path.join(self.path, REPLAY_DIR)
+
+
+def checkpoints_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, CHECKPOINTS_DIR)
+
+
+def replay_root(run_dir: str) -> str:
+    """The live Reverb server's checkpointer root (transient; see the module doc)."""
+    return os.path.join(run_dir, REPLAY_ROOT)
+
+
+def list_complete(run_dir: str) -> list[str]:
+    """Paths of the complete checkpoints of RUN_DIR, oldest first."""
+    folder = checkpoints_dir(run_dir)
+    if not os.path.isdir(folder):
+        return []
+    found = []
+    for name in os.listdir(folder):
+        m = _NAME.match(name)
+        path = os.path.join(folder, name)
+        if m and os.path.isfile(os.path.join(path, COMPLETE)):
+            found.append((int(m.group(1)), path))
+    return [p for _, p in sorted(found)]
+
+
+def latest_complete(run_dir: str) -> str | None:
+    """The newest complete checkpoint of RUN_DIR, or None (half-written ones are skipped)."""
+    found = list_complete(run_dir)
+    return found[-1] if found else None
+
+
+def replay_table_manifest(config: ApexConfig, signature: Any) -> dict[str, Any]:
+    from apex.replay.tables import table_name
+
+    r = config.replay
+    return {
+        "name": table_name(config),
+        "capacity": r.capacity,
+        "min_size": r.min_size,
+        "samples_per_insert": r.samples_per_insert,
+        "error_buffer": r.error_buffer,
+        "priority_exponent": r.priority_exponent,
+        "signature": _describe(signature),
+    }
+
+
+def _describe(signature: Any) -> Any:
+    """A JSON form of a nest of TensorSpecs: {name: [shape, dtype]}."""
+    if isinstance(signature, dict):
+        return {k: _describe(v) for k, v in sorted(signature.items())}
+    shape = getattr(signature, "shape", None)
+    dtype = getattr(signature, "dtype", None)
+    if shape is not None and dtype is not None:
+        return [list(shape.as_list() if hasattr(shape, "as_list") else shape), dtype.name]
+    return repr(signature)
+
+
+def make_manifest(
+    config: ApexConfig, signature: Any, network_shapes: list[list[int]]
+) -> dict[str, Any]:
+    """The manifest of a checkpoint of `config` (see the module doc)."""
+    from apex.run_dir import git_commit, package_versions
+
+    return {
+        "format": FORMAT,
+        "created": time.time(),
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "config": to_dict(config),
+        "table": replay_table_manifest(config, signature),
+        "network_shapes": [list(s) for s in network_shapes],
+    }
+
+
+def _field(config_dict: dict[str, Any], path: str) -> Any:
+    value: Any = config_dict
+    for name in path.split("."):
+        if not isinstance(value, dict) or name not in value:
+            return None
+        value = value[name]
+    return value
+
+
+def _as_config(value: Any) -> Any:
+    """A value as the config writes it (JSON turns tuples into lists)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between a checkpoint's manifest and the manifest of the config
+    to resume with, in the terms a user can act on (config fields first)."""
+    problems = []
+    old_cfg, new_cfg = saved.get("config", {}), current.get("config", {})
+    for path in STRUCTURAL_FIELDS:
+        a, b = _as_config(_field(old_cfg, path)), _as_config(_field(new_cfg, path))
+        if a != b:
+            problems.append(f"{path} is {a!r} in the checkpoint and {b!r} now")
+    if not problems:  # a difference no listed field explains: name the artefact
+        if saved.get("table", {}).get("signature") != current.get("table", {}).get("signature"):
+            problems.append(
+                f"the replay signature differs: {saved.get('table', {}).get('signature')} in the "
+                f"checkpoint, {current.get('table', {}).get('signature')} now"
+            )
+        if saved.get("network_shapes") != current.get("network_shapes"):
+            problems.append(
+                f"the network's weight shapes differ: {saved.get('network_shapes')} in the "
+                f"checkpoint, {current.get('network_shapes')} now"
+            )
+    return problems
+
+
+def check_compatible(checkpoint: Checkpoint, current_manifest: dict[str, Any]) -> None:
+    """Raises CheckpointError naming every difference that makes a resume unsafe."""
+    problems = compatibility_problems(checkpoint.manifest, current_manifest)
+    if problems:
+        raise CheckpointError(
+            f"cannot resume from {checkpoint.path} with this config: "
+            + "; ".join(problems)
+            + ". Resume with the checkpoint's values (its manifest.json has the whole config) "
+            "or start a new run_dir."
+        )
+
+
+def load(path: str) -> Checkpoint:
+    """Reads a complete checkpoint; CheckpointError names what is missing or corrupt."""
+    if not os.path.isfile(os.path.join(path, COMPLETE)):
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (no {COMPLETE} marker: it was being written "
+            "when the run stopped)"
+        )
+    m = _NAME.match(os.path.basename(os.path.normpath(path)))
+    try:
+        with open(os.path.join(path, MANIFEST_FILE)) as f:
+            manifest = json.load(f)
+        with open(os.path.join(path, STATE_FILE)) as f:
+            state = json.load(f)
+        with np.load(os.path.join(path, LEARNER_FILE)) as data:
+            learner = {k: data[k] for k in data.files}
+    except Exception as err:  # noqa: BLE001 - OSError, JSON errors, BadZipFile of a damaged npz
+        raise CheckpointError(f"{path} is corrupt: {type(err).__name__}: {err}") from None
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path} has checkpoint format {manifest.get('format')!r}; this apex reads {FORMAT}"
+        )
+    if not os.path.isfile(os.path.join(path, REPLAY_DIR, "DONE")):
+        raise CheckpointError(f"{path} is corrupt: its replay/ has no complete Reverb checkpoint")
+    step = int(m.group(1)) if m else int(state.get("learner_steps", 0))
+    return Checkpoint(path=path, step=step, learner=learner, state=state, manifest=manifest)
+
+
+def write(
+    run_dir: str,
+    step: int,
+    learner: dict[str, np.ndarray],
+    state: dict[str, Any],
+    manifest: dict[str, Any],
+    replay_path: str | None,
+    keep: int,
+) -> str:
+    """Assembles ckpt-<step> (see the module doc); moves `replay_path` into it.
+
+    Returns the path of the complete checkpoint. Older complete checkpoints
+    beyond `keep` are deleted afterwards.
+    """
+    folder = checkpoints_dir(run_dir)
+    final = os.path.join(folder, f"ckpt-{step:09d}")
+    partial = final + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    if replay_path is not None:
+        os.rename(replay_path, os.path.join(partial, REPLAY_DIR))
+    with open(os.path.join(partial, LEARNER_FILE), "wb") as f:
+        np.savez(f, **learner)
+        f.flush()
+        os.fsync(f.fileno())
+    write_json_atomic(os.path.join(partial, STATE_FILE), state)
+    write_json_atomic(os.path.join(partial, MANIFEST_FILE), dict(manifest, step=step))
+    with open(os.path.join(partial, COMPLETE), "w") as f:
+        f.write(f"{time.time()}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(final):  # the same step again (e.g. a stop right after a periodic save)
+        shutil.rmtree(final)
+    os.rename(partial, final)
+    for old in list_complete(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def directory_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+class RunCheckpointer:
+    """Writes run checkpoints from the learner's process.
+
+    Args:
+      run_dir: the run directory.
+      manifest: from `make_manifest`.
+      replay_client: a reverb.Client of the program's server (its checkpointer
+        root must be `replay_root(run_dir)`).
+      counters: returns the coordinator's counters (`Coordinator.checkpoint_state`).
+      period_seconds: between periodic checkpoints (None: none).
+      keep: complete checkpoints kept.
+      on_written: called with (path, step, seconds, bytes) after each checkpoint.
+      log: where one line per checkpoint goes.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        manifest: dict[str, Any],
+        replay_client: Any,
+        counters: Callable[[], dict[str, Any]],
+        period_seconds: float | None,
+        keep: int,
+        on_written: Callable[[str, int, float, int], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
+        self._run_dir = run_dir
+        self._manifest = manifest
+        self._client = replay_client
+        self._counters = counters
+        self._period = period_seconds
+        self._keep = keep
+        self._on_written = on_written
+        self._log = log or (lambda line: print(line, flush=True))
+        self._last = time.time()
+        self.written: list[tuple[str, float, int]] = []
+
+    def due(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return self._period is not None and now - self._last >= self._period
+
+    def _replay_checkpoint(self) -> str:
+        """A fresh Reverb checkpoint path of the live server, moved out of its root safely."""
+        for _ in range(3):
+            path = self._client.checkpoint()
+            moved = path + ".apex"
+            try:
+                os.rename(path, moved)  # out of Reverb's reach: it prunes older dirs of its root
+                return moved
+            except FileNotFoundError:  # an inspection snapshot pruned it: write another
+                continue
+        raise CheckpointError("the replay checkpoint kept disappearing from its root")
+
+    def save(self, learner: Any, reason: str = "periodic") -> str:
+        """Writes one checkpoint of `learner` (between its SGD steps) and the replay."""
+        start = time.time()
+        learner.flush_priorities()
+        counters = dict(self._counters())
+        step = int(learner.steps)
+        counters["learner_steps"] = step
+        replay = self._replay_checkpoint()
+        state = learner.get_state()
+        path = write(self._run_dir, step, state, counters, self._manifest, replay, self._keep)
+        seconds = time.time() - start
+        size = directory_bytes(path)
+        self._last = time.time()
+        self.written.append((path, seconds, size))
+        self._log(
+            f"[apex] checkpoint ({reason}) {os.path.relpath(path, self._run_dir)}: learner step "
+            f"{step:,}, {size / 1e6:.1f} MB in {seconds:.2f} s"
+        )
+        if self._on_written is not None:
+            try:
+                self._on_written(path, step, seconds, size)
+            except Exception:  # noqa: BLE001 - a report must not lose the checkpoint
+                pass
+        return path

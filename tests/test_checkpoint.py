@@ -1,0 +1,339 @@
+"""Whole-run checkpoints: the on-disk format, resume checks, and real runs that
+are checkpointed, stopped by signals or killed, and resumed."""
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from apex import checkpointing
+from apex.errors import ConfigError
+
+
+def _write(run_dir, step, keep=5, replay=True, arrays=None):
+    replay_path = None
+    if replay:
+        replay_path = os.path.join(run_dir, f"r{step}")
+        os.makedirs(replay_path)
+        open(os.path.join(replay_path, "DONE"), "w").close()
+    manifest = {"format": checkpointing.FORMAT, "config": {"agent": "apex_dqn"}}
+    return checkpointing.write(
+        run_dir,
+        step,
+        arrays or {"steps": np.asarray(step)},
+        {"learner_steps": step, "actor_steps": {"0": 10 * step}},
+        manifest,
+        replay_path,
+        keep,
+    )
+
+
+def test_written_checkpoint_loads_back_and_newest_complete_wins(tmp_path):
+    run_dir = str(tmp_path)
+    _write(run_dir, 5, arrays={"steps": np.asarray(5), "online/0": np.arange(6.0).reshape(2, 3)})
+    path = _write(run_dir, 12)
+    assert checkpointing.latest_complete(run_dir) == path
+    assert os.path.basename(path) == "ckpt-000000012"
+    first = checkpointing.load(checkpointing.list_complete(run_dir)[0])
+    assert first.step == 5 and first.state["actor_steps"] == {"0": 50}
+    np.testing.assert_array_equal(first.learner["online/0"], np.arange(6.0).reshape(2, 3))
+    assert os.path.isfile(os.path.join(first.replay_path, "DONE"))
+
+
+def test_half_written_checkpoint_is_ignored_and_refused(tmp_path):
+    run_dir = str(tmp_path)
+    good = _write(run_dir, 3)
+    # A newer checkpoint that was being written when the run died: no COMPLETE.
+    partial = os.path.join(checkpointing.checkpoints_dir(run_dir), "ckpt-000000009.partial")
+    os.makedirs(partial)
+    unmarked = os.path.join(checkpointing.checkpoints_dir(run_dir), "ckpt-000000010")
+    os.makedirs(unmarked)
+    assert checkpointing.latest_complete(run_dir) == good
+    with pytest.raises(checkpointing.CheckpointError, match="no COMPLETE marker"):
+        checkpointing.load(unmarked)
+
+
+def test_corrupt_checkpoint_is_refused_naming_the_path(tmp_path):
+    path = _write(str(tmp_path), 4)
+    with open(os.path.join(path, checkpointing.LEARNER_FILE), "wb") as f:
+        f.write(b"not a zip file")
+    with pytest.raises(checkpointing.CheckpointError, match=r"ckpt-000000004 is corrupt"):
+        checkpointing.load(path)
+
+
+def test_only_the_newest_keep_checkpoints_remain(tmp_path):
+    run_dir = str(tmp_path)
+    for step in (1, 2, 3, 4):
+        _write(run_dir, step, keep=2)
+    names = [os.path.basename(p) for p in checkpointing.list_complete(run_dir)]
+    assert names == ["ckpt-000000003", "ckpt-000000004"]
+
+
+def test_incompatible_resume_names_the_differing_fields(tmp_path):
+    from apex.config import ApexConfig, to_dict
+
+    old, new = ApexConfig(), ApexConfig()
+    new.learner.hidden_sizes = (64,)
+    new.replay.capacity = 500
+    new.stop.max_wall_seconds = 999  # allowed: not structural
+    problems = checkpointing.compatibility_problems(
+        {"config": to_dict(old)}, {"config": to_dict(new)}
+    )
+    assert problems == [
+        "learner.hidden_sizes is (128, 128) in the checkpoint and (64,) now",
+        "replay.capacity is 20000 in the checkpoint and 500 now",
+    ]
+
+
+def test_launch_refuses_a_run_dir_with_a_run_but_no_complete_checkpoint(tmp_path):
+    from apex.config import ApexConfig
+    from launch.train import resume_checkpoint
+
+    run_dir = str(tmp_path)
+    assert resume_checkpoint(ApexConfig(), run_dir, require=False) is None  # empty: fresh run
+    with pytest.raises(ConfigError, match="it holds no run"):
+        resume_checkpoint(ApexConfig(), run_dir, require=True)
+    open(os.path.join(run_dir, "config.json"), "w").close()
+    os.makedirs(os.path.join(checkpointing.checkpoints_dir(run_dir), "ckpt-000000007.partial"))
+    with pytest.raises(ConfigError, match=r"no complete checkpoint.*ckpt-000000007.partial"):
+        resume_checkpoint(ApexConfig(), run_dir, require=False)
+
+
+def test_learner_state_round_trips_exactly(reverb_server, small_config):
+    from apex.agents.dqn.learning import DQNLearner
+    from apex.envs import env_spec
+
+    spec = env_spec(small_config.env)
+    address = f"localhost:{reverb_server.port}"
+    a = DQNLearner(small_config, spec, address)
+    rng = np.random.default_rng(0)
+    for v in list(a._online.weights) + a._optimizer.m + a._optimizer.v:
+        v.assign(rng.normal(size=v.shape).astype(np.float32))
+    a._optimizer.iterations.assign(17)
+    a.steps = 17
+    state = a.get_state()
+    b = DQNLearner(small_config, spec, address)
+    b.set_state(state)
+    restored = b.get_state()
+    assert sorted(restored) == sorted(state)
+    for k in state:
+        np.testing.assert_array_equal(restored[k], state[k], err_msg=k)
+    assert b.steps == 17 and b.get_variables()[0] == 17
+    bad = dict(state)
+    bad["online/0"] = np.zeros((3, 3), np.float32)
+    with pytest.raises(ValueError, match="online/0: saved shape"):
+        b.set_state(bad)
+
+
+# --------------------------------------------------------------- integration
+
+
+def _table_priorities(path):
+    from apex.replay.checkpoint_reader import CheckpointReader
+
+    reader = CheckpointReader(path)
+    try:
+        table = reader.table("transitions")
+        items = {i.key: i.priority for i in reader.iter_items("transitions", decode=False)}
+    finally:
+        reader.close()
+    return table, items
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_config):
+    """test_mt: train a little, checkpoint, then start a second program from the
+    checkpoint with nothing running that would change it, and compare."""
+    import launchpad as lp
+    from absl.testing import absltest
+
+    from launch.program import ActorNode, CoordinatorNode, LearnerNode, find_nodes, make_program
+
+    c = small_config
+    c.actor.num_actors = 2
+    c.stop.max_wall_seconds = 3600
+    c.checkpoint.period_seconds = None
+    case = absltest.TestCase()
+    case.setUp()  # test_mt registers its cleanup on this case
+    try:
+        run_dir = str(tmp_path / "run")
+        os.makedirs(run_dir)
+        program = make_program(c, run_dir=run_dir)
+        (learner_node,) = find_nodes(program, LearnerNode)
+        learner_node.disable_run()
+        lp.launch(program, launch_type="test_mt", test_case=case)
+        learner = learner_node.create_handle().dereference()
+        for _ in range(25):
+            learner.step()
+        deadline = time.time() + 30  # the coordinator has heard from both actors
+        (coord_node,) = find_nodes(program, CoordinatorNode)
+        coordinator = coord_node.create_handle().dereference()
+        while time.time() < deadline and coordinator.get_counts()["env_steps"] == 0:
+            time.sleep(0.2)
+        path = learner.checkpoint()
+        saved = checkpointing.load(path)
+        saved_table, saved_priorities = _table_priorities(saved.replay_path)
+        assert saved.step == 25 and saved.state["learner_steps"] == 25
+        assert sum(saved.state["actor_steps"].values()) > 0
+        assert saved_table.num_items == len(saved_priorities) > 0
+        # The learner's updates are in the saved replay: some priorities left the
+        # initial (actor) values. Sampled items' priorities were flushed before.
+        keys, _, sent = learner.last_priority_update()
+        for k, p in zip(keys.tolist(), sent.tolist()):
+            if k in saved_priorities:
+                np.testing.assert_allclose(saved_priorities[k], p, rtol=1e-5)
+
+        resumed_dir = str(tmp_path / "resumed")
+        os.makedirs(resumed_dir)
+        program2 = make_program(c, run_dir=resumed_dir, resume=saved)
+        (learner2_node,) = find_nodes(program2, LearnerNode)
+        learner2_node.disable_run()
+        for actor in find_nodes(program2, ActorNode):
+            actor.disable_run()  # nothing inserts: the replay stays as restored
+        lp.launch(program2, launch_type="test_mt", test_case=case)
+        learner2 = learner2_node.create_handle().dereference()
+        assert learner2.get_steps() == 25
+        version, weights, _ = learner2.get_variables()
+        assert version == 25
+        for i, w in enumerate(weights):
+            np.testing.assert_array_equal(w, saved.learner[f"online/{i}"])
+        (coord2_node,) = find_nodes(program2, CoordinatorNode)
+        counts = coord2_node.create_handle().dereference().get_counts()
+        assert counts["env_steps"] == sum(saved.state["actor_steps"].values())
+        assert counts["learner_steps"] == 25
+        # The restored server: same size, same rate-limiter counts, same priorities.
+        path2 = learner2.checkpoint()
+        table2, priorities2 = _table_priorities(checkpointing.load(path2).replay_path)
+        assert table2.num_items == saved_table.num_items
+        assert table2.rate_limiter == saved_table.rate_limiter  # insert/sample counts too
+        assert priorities2 == saved_priorities
+    finally:
+        case.doCleanups()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continues(tmp_path):
+    from tests.procs import kill_tree, processes_with_token, start_train, wait_for_state
+
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        "--config.stop.max_wall_seconds=300",
+        "--config.checkpoint.period_seconds=None",
+    )
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 200, timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.time()
+        out, _ = proc.communicate(timeout=60)
+        stopped_in = time.time() - sent
+    finally:
+        kill_tree(proc, token)
+    assert stopped_in < 30, out[-3000:]
+    deadline = time.time() + 5
+    while processes_with_token(token) and time.time() < deadline:
+        time.sleep(0.2)
+    assert processes_with_token(token) == []
+    assert "checkpoint (stop)" in out, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    final = checkpointing.load(checkpointing.latest_complete(run_dir))
+    assert summary["checkpoint"]["path"] == final.path
+    assert final.step == summary["learner_steps"] > 200
+    saved_env_steps = sum(final.state["actor_steps"].values())
+    assert saved_env_steps > 0
+    # The stopped run's replay is still inspectable: tools.replay reads its checkpoint.
+    import subprocess
+    import sys
+
+    from tests.procs import ROOT
+
+    look = subprocess.run(
+        [sys.executable, "-m", "tools.replay", "priorities", f"--run_dir={run_dir}", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert look.returncode == 0, look.stderr[-2000:]
+    assert f"reading the run's newest checkpoint {final.path}" in look.stderr
+    assert json.loads(look.stdout)["checkpoint"] == os.path.join(final.path, "replay")
+
+    # Resume: the counters continue from the checkpoint.
+    proc, token = start_train(
+        run_dir, "--resume", f"--config.stop.max_learner_steps={final.step + 300}"
+    )
+    try:
+        out, _ = proc.communicate(timeout=150)
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"resuming from checkpoints/{os.path.basename(final.path)}" in out
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        resumed = json.load(f)
+    assert resumed["resumed_from"] == final.path
+    assert resumed["learner_steps"] >= final.step + 300
+    assert resumed["env_steps"] > saved_env_steps
+    with open(os.path.join(run_dir, "metrics", "learner.jsonl")) as f:
+        steps = [json.loads(line)["learner/steps"] for line in f if line.strip()]
+    later = steps[steps.index(max(s for s in steps if s <= final.step)) + 1 :]
+    assert later and min(later) >= final.step  # the resumed learner counted on, not from 0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_sigkill_of_an_actor_stops_the_program_in_order_with_a_checkpoint(tmp_path):
+    from apex.heartbeat import read_heartbeats
+    from tests.procs import kill_tree, processes_with_token, start_train, wait_for_state
+
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(run_dir, "--config.stop.max_wall_seconds=300")
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 100, timeout=120)
+        pid = read_heartbeats(run_dir)["actor_1"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 1, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stop_reason"] == "node failed"
+    assert f"actor_1 (pid {pid}) exited without stopping" in summary["failure"]
+    assert "checkpoint (stop)" in out
+    assert checkpointing.load(checkpointing.latest_complete(run_dir)).step > 100
+    deadline = time.time() + 5
+    while processes_with_token(token) and time.time() < deadline:
+        time.sleep(0.2)
+    assert processes_with_token(token) == []
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_sigkill_of_the_launcher_leaves_no_orphan_and_a_final_checkpoint(tmp_path):
+    """Launchpad cannot clean up after a killed launcher: every node notices on its own."""
+    from tests.procs import kill_tree, processes_with_token, start_train, wait_for_state
+
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir, "--config.stop.max_wall_seconds=300", "--config.checkpoint.period_seconds=None"
+    )
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 100, timeout=120)
+        proc.kill()
+        proc.wait()
+        killed = time.time()
+        while processes_with_token(token) and time.time() - killed < 40:
+            time.sleep(0.5)
+        gone_in = time.time() - killed
+        left = processes_with_token(token)
+    finally:
+        kill_tree(proc, token)
+    assert left == [] and gone_in < 30, [p.cmdline()[-3:] for p in left]
+    final = checkpointing.load(checkpointing.latest_complete(run_dir))
+    assert final.step > 100 and sum(final.state["actor_steps"].values()) > 0

@@ -1,0 +1,32 @@
+"""--isolate_network: the program trains in a private network namespace and none
+of its ports is reachable from the host."""
+
+import os
+import socket
+import subprocess
+
+import pytest
+
+from tests.procs import kill_tree, start_train, wait_for_state
+
+pytestmark = pytest.mark.integration
+
+_UNSHARE_OK = subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _UNSHARE_OK, reason="unprivileged network namespaces are not allowed here")
+@pytest.mark.timeout(180)
+def test_isolated_run_trains_and_its_replay_port_is_not_reachable_from_the_host(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(run_dir, "--isolate_network", "--config.stop.max_wall_seconds=25")
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50, timeout=120)
+        with open(os.path.join(run_dir, "replay_address")) as f:
+            port = int(f.read().strip().rsplit(":", 1)[1])
+        with socket.socket() as s:  # from the host namespace: nothing listens there
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 0, out[-3000:]
+    assert "isolated network namespace: interfaces ['lo']" in out
