@@ -92,6 +92,7 @@ class Heartbeat:
         data = {
             "node": self.node,
             "pid": os.getpid(),
+            **memory_mb(),
             "time": now,
             "state": self.state,
             "state_since": self.since,
@@ -116,6 +117,20 @@ class Heartbeat:
         self._stop.set()
         if self._path is not None:
             self.beat()
+
+
+def memory_mb() -> dict[str, float]:
+    """This process's resident memory now and at its peak (MiB), from /proc (Linux)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    key = "rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"
+                    out[key] = int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return out
 
 
 _stack_file: Any = None

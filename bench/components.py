@@ -8,6 +8,7 @@ r"""Component benchmark: each hot part of apex next to its bound, measured in on
 | inserting | legacy reverb Writer, constant items, server in another process | TransitionWriter.write of real batches, same server |
 | actor process | - | VectorActor + TransitionWriter into that server |
 | learning | the learner's SGD step on a constant batch (no Reverb) | DQNLearner.step fed by an in-process Reverb table |
+| sampling | the learner's prefetching dataset drawn alone (no SGD) | transitions the Reverb-fed learner trains on per second |
 | priority updates | - | mutate_priorities of one batch of keys, median ms |
 
 Prints medians over --repeats and ratios, and writes
@@ -197,9 +198,14 @@ def main() -> None:
         learner._sgd(const_iter)["loss"].numpy()
         return 1
 
+    def sample_only() -> int:
+        next(learner._iterator)
+        return lcfg.learner.batch_size
+
     keys = sample.info.key.numpy()
     lat = []
     for _ in range(args.repeats):
+        rec("sample_transitions_per_s", timed(sample_only, args.seconds))
         learner.step()
         rec("learner_constant_steps_per_s", timed(const_step, args.seconds))
         rec("learner_reverb_steps_per_s", timed(lambda: (learner.step(), 1)[1], args.seconds))
@@ -213,6 +219,9 @@ def main() -> None:
     server.stop()
 
     med = {k: statistics.median(v) for k, v in results.items()}
+    med["learner_reverb_transitions_per_s"] = (
+        med["learner_reverb_steps_per_s"] * lcfg.learner.batch_size
+    )
     med["priority_update_ms_per_batch"] = statistics.median(lat)
     rows = [
         ("acting (no replay)", "env_raw_steps_per_s", "actor_no_replay_steps_per_s", "env steps/s"),
@@ -224,6 +233,12 @@ def main() -> None:
             "env steps/s",
         ),
         ("learning", "learner_constant_steps_per_s", "learner_reverb_steps_per_s", "steps/s"),
+        (
+            "sampling (learner's input)",
+            "sample_transitions_per_s",
+            "learner_reverb_transitions_per_s",
+            "transitions/s",
+        ),
     ]
     commit = git_commit(ROOT)
     print(

@@ -229,6 +229,7 @@ class LearnerNode:
         try:
             return self._coordinator.checkpoint_state()
         except Exception:  # noqa: BLE001 - the coordinator is gone: its last state.json
+            self._coordinator_gone = True
             try:
                 with open(os.path.join(self._run_dir, "state.json")) as f:
                     return json.load(f).get("counters", {})
@@ -236,7 +237,8 @@ class LearnerNode:
                 return {}
 
     def _checkpoint_written(self, path: str, step: int, seconds: float, size: int) -> None:
-        self._coordinator.checkpoint_written(path, step, seconds, size)
+        if not getattr(self, "_coordinator_gone", False):  # a dead one costs a call timeout
+            self._coordinator.checkpoint_written(path, step, seconds, size)
 
     def _counters(self) -> dict:
         learner = getattr(self, "_learner", None)

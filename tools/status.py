@@ -86,13 +86,17 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
 
 def format_status(s: dict) -> str:
     lines = [f"run {s['run_dir']}"]
-    lines.append(f"{'node':<12} {'pid':>7} {'alive':<5} {'beat':>7}  {'rate/s':>9}  state")
+    lines.append(
+        f"{'node':<12} {'pid':>7} {'alive':<5} {'beat':>7}  {'rate/s':>9}  {'RSS MiB':>8}  state"
+    )
     for name, n in s["nodes"].items():
         rate = n.get("rate_per_second")
+        rss = n.get("rss_mb")
         counters = ", ".join(f"{k} {v:,}" for k, v in n.get("counters", {}).items())
         lines.append(
             f"{name:<12} {n['pid']:>7} {'yes' if n['alive'] else 'no':<5} "
             f"{n['age_seconds']:>6.1f}s  {'-' if rate is None else f'{rate:,.1f}':>9}  "
+            f"{'-' if rss is None else f'{rss:,.0f}':>8}  "
             f"{n['state']} (for {n['state_seconds'] + n['age_seconds']:.1f} s)"
             + (f"; {counters}" if counters else "")
         )
