@@ -16,9 +16,13 @@ TOKEN_VAR = "APEX_TEST_RUN_TOKEN"
 
 
 def start_train(
-    run_dir: str, *overrides: str, config: str = "configs/apex_cartpole.py"
+    run_dir: str,
+    *overrides: str,
+    config: str = "configs/apex_cartpole.py",
+    new_session: bool = False,
 ) -> tuple[subprocess.Popen, str]:
-    """Starts `python -m launch.train` with a unique token in its environment."""
+    """Starts `python -m launch.train` with a unique token in its environment
+    (new_session: in a process group of its own, as a terminal's job is)."""
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
     proc = subprocess.Popen(
@@ -36,6 +40,7 @@ def start_train(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=new_session,
     )
     return proc, token
 

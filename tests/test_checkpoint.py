@@ -337,3 +337,35 @@ def test_sigkill_of_the_launcher_leaves_no_orphan_and_a_final_checkpoint(tmp_pat
     assert left == [] and gone_in < 30, [p.cmdline()[-3:] for p in left]
     final = checkpointing.load(checkpointing.latest_complete(run_dir))
     assert final.step > 100 and sum(final.state["actor_steps"].values()) > 0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_ctrl_c_to_the_process_group_writes_a_final_checkpoint_and_exits_0(tmp_path):
+    """What a terminal's Ctrl-C does: SIGINT to the launcher and every node at once."""
+    from tests.procs import kill_tree, processes_with_token, start_train, wait_for_state
+
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        "--config.stop.max_wall_seconds=300",
+        "--config.checkpoint.period_seconds=None",
+        new_session=True,
+    )
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 100, timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        sent = time.time()
+        out, _ = proc.communicate(timeout=60)
+        while processes_with_token(token) and time.time() - sent < 40:
+            time.sleep(0.5)
+        gone_in = time.time() - sent
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 0, out[-3000:]
+    assert gone_in < 30 and processes_with_token(token) == []
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stop_reason"] == "stopped"
+    final = checkpointing.load(checkpointing.latest_complete(run_dir))
+    assert summary["checkpoint"]["path"] == final.path and final.step > 100
