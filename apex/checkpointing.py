@@ -300,7 +300,7 @@ class RunCheckpointer:
       counters: returns the coordinator's counters (`Coordinator.checkpoint_state`).
       period_seconds: between periodic checkpoints (None: none).
       keep: complete checkpoints kept.
-      on_written: called with (path, step, seconds, bytes) after each checkpoint.
+      on_written: called with (path, step, seconds, bytes, reason) after each checkpoint.
       log: where one line per checkpoint goes.
     """
 
@@ -312,7 +312,7 @@ class RunCheckpointer:
         counters: Callable[[], dict[str, Any]],
         period_seconds: float | None,
         keep: int,
-        on_written: Callable[[str, int, float, int], None] | None = None,
+        on_written: Callable[[str, int, float, int, str], None] | None = None,
         log: Callable[[str], None] | None = None,
     ):
         self._run_dir = run_dir
@@ -362,7 +362,7 @@ class RunCheckpointer:
         )
         if self._on_written is not None:
             try:
-                self._on_written(path, step, seconds, size)
+                self._on_written(path, step, seconds, size, reason)
             except Exception:  # noqa: BLE001 - a report must not lose the checkpoint
                 pass
         return path

@@ -127,8 +127,11 @@ class Coordinator:
             self._solved_at = tuple(state["solved_at"]) if state.get("solved_at") else None
             self._resumed_from = checkpoint_path or None
 
-    def checkpoint_written(self, path: str, step: int, seconds: float, size: int) -> None:
-        """The learner wrote a run checkpoint (the one at a stop releases `run`)."""
+    def checkpoint_written(
+        self, path: str, step: int, seconds: float, size: int, final: bool = False
+    ) -> None:
+        """The learner wrote a run checkpoint (`final`: the one at a stop, which
+        releases `run`)."""
         with self._lock:
             self._checkpoint = {
                 "path": path,
@@ -136,7 +139,7 @@ class Coordinator:
                 "seconds": seconds,
                 "bytes": size,
             }
-        if self.stop_reason is not None:
+        if final:
             self._checkpoint_event.set()
 
     # -------------------------------------------------------------- reports

@@ -28,12 +28,11 @@ import sys
 import tempfile
 import time
 
-from common import ROOT, fmt, header, save_results
+from common import ROOT, fill_transitions, fmt, header, save_results
 
 
 def size_bench(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
     import reverb
 
     from apex import checkpointing
@@ -41,7 +40,6 @@ def size_bench(args) -> None:
     from apex.config import ApexConfig
     from apex.envs import env_spec
     from apex.replay.tables import TRANSITIONS_TABLE, make_tables
-    from apex.replay.writer import TransitionWriter
 
     rows = []
     for n in args.items:
@@ -59,24 +57,8 @@ def size_bench(args) -> None:
         )
         address = f"localhost:{server.port}"
         client = reverb.Client(address)
-        rng = np.random.default_rng(0)
-        batch = 1000
-        t0 = time.time()
-        with TransitionWriter(client, 0, np.geomspace(0.4, 0.001, 16).astype(np.float32)) as w:
-            for i in range(n // batch):
-                w.write(
-                    {
-                        "obs": rng.normal(size=(batch, 4)).astype(np.float32),
-                        "action": rng.integers(0, 2, batch).astype(np.int32),
-                        "reward": np.ones(batch, np.float32),
-                        "discount": np.full(batch, 0.99**3, np.float32),
-                        "next_obs": rng.normal(size=(batch, 4)).astype(np.float32),
-                        "slot": rng.integers(0, 16, batch).astype(np.int32),
-                        "version": np.full(batch, i, np.int64),
-                    },
-                    rng.exponential(1.0, batch) + 1e-3,
-                )
-        print(f"filled {n:,} items in {time.time() - t0:.1f} s", flush=True)
+        fill = fill_transitions(client, n)
+        print(f"filled {n:,} items in {fill:.1f} s", flush=True)
         learner = DQNLearner(c, spec, address)
         saver = checkpointing.RunCheckpointer(
             run_dir,

@@ -40,6 +40,32 @@ def run_program(config: str, overrides: list[str], timeout: float) -> dict:
     return summary
 
 
+def fill_transitions(client, n: int, batch: int = 1000) -> float:
+    """Writes n CartPole-shaped n-step transitions (random values, 16 slots, priorities
+    ~ Exp(1)) through apex's TransitionWriter; returns the seconds it took."""
+    import numpy as np
+
+    from apex.replay.writer import TransitionWriter
+
+    rng = np.random.default_rng(0)
+    t0 = time.time()
+    with TransitionWriter(client, 0, np.geomspace(0.4, 0.001, 16).astype(np.float32)) as w:
+        for i in range(n // batch):
+            w.write(
+                {
+                    "obs": rng.normal(size=(batch, 4)).astype(np.float32),
+                    "action": rng.integers(0, 2, batch).astype(np.int32),
+                    "reward": np.ones(batch, np.float32),
+                    "discount": np.full(batch, 0.99**3, np.float32),
+                    "next_obs": rng.normal(size=(batch, 4)).astype(np.float32),
+                    "slot": rng.integers(0, 16, batch).astype(np.int32),
+                    "version": np.full(batch, i, np.int64),
+                },
+                rng.exponential(1.0, batch) + 1e-3,
+            )
+    return time.time() - t0
+
+
 def fmt(v) -> str:
     if v is None:
         return "-"

@@ -142,15 +142,13 @@ def main() -> None:
     batch = recorder.batch
     prios = np.ones(len(batch["action"]))
 
+    from apex.replay.tables import pack_transitions
+
+    # The bound: the same packed columns of one constant item, appended in a bare loop.
+    packed = pack_transitions(batch, 0, batch["slot"], np.full(len(prios), 0.1), 0.0)
+    item = {k: v[0] for k, v in packed.items()}
+
     def raw_insert(w) -> int:
-        item = {k: batch[k][0] for k in ("obs", "action", "reward", "discount", "next_obs")}
-        item.update(
-            actor=np.int32(0),
-            slot=np.int32(0),
-            epsilon=np.float32(0.1),
-            version=np.int64(0),
-            insert_time=np.float64(0),
-        )
         for _ in range(64):
             w.append(item)
             w.create_item(TRANSITIONS_TABLE, 1, 1.0)

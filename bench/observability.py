@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from common import ROOT, fmt, header, run_program, save_results
+from common import ROOT, fill_transitions, fmt, header, run_program, save_results
 
 
 def _du(path: str) -> int:
@@ -38,14 +38,12 @@ def _du(path: str) -> int:
 
 def inspect_bench(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
     import reverb
 
     from apex.config import ApexConfig
     from apex.envs import env_spec
     from apex.replay import inspect
     from apex.replay.tables import TRANSITIONS_TABLE, make_tables
-    from apex.replay.writer import TransitionWriter
 
     c = ApexConfig()
     c.replay.capacity = args.items
@@ -58,22 +56,7 @@ def inspect_bench(args) -> None:
     )
     address = f"localhost:{server.port}"
     client = reverb.Client(address)
-    rng = np.random.default_rng(0)
-    t0 = time.time()
-    batch_size = 1000
-    with TransitionWriter(client, 0, np.geomspace(0.4, 0.001, 16).astype(np.float32)) as w:
-        for i in range(args.items // batch_size):
-            batch = {
-                "obs": rng.normal(size=(batch_size, 4)).astype(np.float32),
-                "action": rng.integers(0, 2, batch_size).astype(np.int32),
-                "reward": np.ones(batch_size, np.float32),
-                "discount": np.full(batch_size, 0.99**3, np.float32),
-                "next_obs": rng.normal(size=(batch_size, 4)).astype(np.float32),
-                "slot": rng.integers(0, 16, batch_size).astype(np.int32),
-                "version": np.full(batch_size, i, np.int64),
-            }
-            w.write(batch, rng.exponential(1.0, batch_size) + 1e-3)
-    fill = time.time() - t0
+    fill = fill_transitions(client, args.items)
     size = client.server_info()[TRANSITIONS_TABLE].current_size
     samples_before = client.server_info()[TRANSITIONS_TABLE].rate_limiter_info.sample_stats
     print(f"filled {size:,} items in {fill:.1f} s", flush=True)

@@ -106,7 +106,7 @@ def components(args) -> dict:
 
 
 def _fill_server(n: int, out_queue, ready, go) -> None:
-    """A Reverb server process; reports its RSS before and after `n` items arrive."""
+    """A Reverb server process; reports its RSS each time `go` is set (then cleared)."""
     import psutil
     import reverb
 
@@ -122,10 +122,11 @@ def _fill_server(n: int, out_queue, ready, go) -> None:
     me = psutil.Process()
     time.sleep(1.0)
     out_queue.put(("port", server.port, me.memory_info().rss))
-    go.wait()
-    time.sleep(1.0)
-    out_queue.put(("filled", None, me.memory_info().rss))
-    ready.wait()
+    while not ready.is_set():
+        if go.wait(0.2):
+            time.sleep(1.0)
+            go.clear()
+            out_queue.put(("filled", None, me.memory_info().rss))
     server.stop()
 
 
@@ -137,7 +138,7 @@ def replay_bytes(args) -> dict:
     from apex.agents.dqn.acting import VectorActor
     from apex.config import ApexConfig
     from apex.envs import env_spec
-    from apex.replay.tables import TRANSITIONS_TABLE, item_signature
+    from apex.replay.tables import TRANSITIONS_TABLE, item_signature, unpack_item
     from apex.replay.writer import TransitionWriter
 
     n = args.bytes_items
@@ -157,32 +158,42 @@ def replay_bytes(args) -> dict:
             net = QNetwork(4, 2, c.learner.hidden_sizes, seed=0)
             return 0, net.get_weights(), {}
 
+    rss = []
     with TransitionWriter(client, 0, np.full(16, 0.1, np.float32)) as w:
         actor = VectorActor(c, 0, _Weights(), w)
-        while actor.items_written < n:
-            actor.step()
-    while client.server_info()[TRANSITIONS_TABLE].current_size < n:
-        time.sleep(0.2)
-    go.set()
-    _, _, rss1 = q.get(timeout=120)
+        for target in (n // 2, n):  # the slope between half and full: no fixed costs
+            while actor.items_written < target:
+                actor.step()
+            w.flush()  # every item is on the server
+            while client.server_info()[TRANSITIONS_TABLE].current_size < target:
+                time.sleep(0.2)
+            go.set()
+            rss.append(q.get(timeout=120)[2])
     done.set()
     proc.join(10)
     spec = env_spec(c.env)
-    sig = item_signature(c, spec)
-    raw = sum(int(np.prod(s.shape)) * s.dtype.size for s in sig.values())
+    zero = {
+        k: np.zeros(s.shape, s.dtype.as_numpy_dtype) for k, s in item_signature(c, spec).items()
+    }
+    stored = sum(v.nbytes for v in zero.values())
+    fields = unpack_item(zero)  # the fields in their own types: the raw payload
+    raw = sum(np.asarray(v).nbytes for v in fields.values())
     core = sum(
-        int(np.prod(sig[k].shape)) * sig[k].dtype.size
-        for k in ("obs", "action", "reward", "discount", "next_obs")
+        np.asarray(fields[k]).nbytes for k in ("obs", "action", "reward", "discount", "next_obs")
     )
-    per_item = (rss1 - rss0) / n
+    per_item = (rss[1] - rss[0]) / (n - n // 2)
     result = {
         "items": n,
+        "server_rss_bytes": [rss0, *rss],
         "server_rss_growth_bytes_per_item": per_item,
         "raw_payload_bytes_per_item": raw,
+        "stored_column_bytes_per_item": stored,
         "raw_transition_bytes_per_item": core,
         "ratio_to_raw_payload": per_item / raw,
     }
-    print(f"\n## replay bytes ({n:,} CartPole transitions, server process RSS growth)")
+    print(
+        f"\n## replay bytes (CartPole transitions: server RSS growth from {n // 2:,} to {n:,} items)"
+    )
     print(
         f"server memory per item {per_item:,.0f} B; raw payload {raw} B per item "
         f"(transition fields {core} B + provenance {raw - core} B); ratio {per_item / raw:.2f} "

@@ -116,7 +116,8 @@ REPLAY_STOP_GRACE_SECONDS = 2.0
 # final checkpoint (Launchpad kills a node LAUNCH_TERMINATION_SECONDS after it).
 FINAL_CHECKPOINT_WAIT_SECONDS = 24.0
 # Seconds Launchpad gives nodes between the stop request and SIGKILL (its
-# lp_termination_notice_secs); launch.train passes it to every node process.
+# lp_termination_notice_secs, 10 by default): launch.train sets it for the
+# launcher, _widen_stop_window in every node process.
 LAUNCH_TERMINATION_SECONDS = 28
 
 
@@ -179,6 +180,7 @@ class LearnerNode:
         self._config = config
         self._run_dir = run_dir
         self._coordinator = coordinator
+        self._coordinator_gone = False
         self._heartbeat = _heartbeat(config, run_dir, "learner", self._counters)
         self._learner = learner_class(
             config,
@@ -236,9 +238,11 @@ class LearnerNode:
             except (OSError, ValueError):
                 return {}
 
-    def _checkpoint_written(self, path: str, step: int, seconds: float, size: int) -> None:
-        if not getattr(self, "_coordinator_gone", False):  # a dead one costs a call timeout
-            self._coordinator.checkpoint_written(path, step, seconds, size)
+    def _checkpoint_written(
+        self, path: str, step: int, seconds: float, size: int, reason: str
+    ) -> None:
+        if not self._coordinator_gone:  # a dead one costs another call timeout
+            self._coordinator.checkpoint_written(path, step, seconds, size, reason == "stop")
 
     def _counters(self) -> dict:
         learner = getattr(self, "_learner", None)
@@ -455,8 +459,8 @@ class CoordinatorNode:
     def checkpoint_state(self):
         return self._coordinator.checkpoint_state()
 
-    def checkpoint_written(self, path, step, seconds, size) -> None:
-        self._coordinator.checkpoint_written(path, step, seconds, size)
+    def checkpoint_written(self, path, step, seconds, size, final=False) -> None:
+        self._coordinator.checkpoint_written(path, step, seconds, size, final)
 
     def summary(self):
         return self._coordinator.summary()

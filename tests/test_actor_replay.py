@@ -12,7 +12,7 @@ from apex.config import load_config_file
 from apex.envs import env_spec
 from apex.evaluation import evaluate
 from apex.exploration import slot_epsilons
-from apex.replay.tables import make_tables, table_name
+from apex.replay.tables import make_tables, table_name, unpack_item
 from apex.replay.writer import SequenceWriter, TransitionWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +63,7 @@ def test_actor_items_fit_the_table_and_carry_provenance(name):
         info = client.server_info()[table]
         assert info.current_size == actor.items_written
         (s,) = client.sample(table, num_samples=1, unpack_as_table_signature=True)
-        data = s[0].data
+        data = unpack_item(s[0].data)  # the stored columns, by field name
         assert int(data["actor"]) == 1 and int(data["slot"]) in (2, 3)
         assert int(data["version"]) == 3
         assert float(data["epsilon"]) in [pytest.approx(float(e)) for e in eps]

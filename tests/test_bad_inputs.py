@@ -189,55 +189,58 @@ def test_bad_absl_flag_is_one_line_and_exit_2(argv, fragment, monkeypatch, capsy
 
 
 @pytest.mark.parametrize(
-    "make,valid",
+    "name,content,valid",
     [
         pytest.param(
-            lambda d: str(d / "nope.py"),
+            "nope.py",
+            None,
             "the path of an existing config file such as configs/apex_cartpole.py",
             id="config_file_missing",
         ),
         pytest.param(
-            lambda d: str(d),
+            "",
+            None,
             "the path of an existing config file such as configs/apex_cartpole.py",
             id="config_file_is_a_directory",
         ),
         pytest.param(
-            lambda d: (d / "noget.py").write_text("X = 1\n") and str(d / "noget.py"),
+            "noget.py",
+            "X = 1\n",
             "a file that defines get_config()",
             id="config_file_without_get_config",
         ),
         pytest.param(
-            lambda d: (
-                (d / "boom.py").write_text("def get_config():\n    raise RuntimeError('boom')\n")
-                and str(d / "boom.py")
-            ),
+            "boom.py",
+            "def get_config():\n    raise RuntimeError('boom')\n",
             "a file whose get_config() runs (RuntimeError: boom)",
             id="config_file_get_config_raises",
         ),
         pytest.param(
-            lambda d: (d / "syntax.py").write_text("def get_config(:\n") and str(d / "syntax.py"),
+            "syntax.py",
+            "def get_config(:\n",
             "a config file that imports (SyntaxError: ",
             id="config_file_syntax_error",
         ),
         pytest.param(
-            lambda d: (
-                (d / "dict.py").write_text("def get_config():\n    return {}\n")
-                and str(d / "dict.py")
-            ),
+            "dict.py",
+            "def get_config():\n    return {}\n",
             "a file whose get_config() returns an apex.config.ApexConfig, not dict",
             id="config_file_returns_a_dict",
         ),
         pytest.param(
-            lambda d: (d / "README.md").write_text("# not python\n") and str(d / "README.md"),
+            "README.md",
+            "# not python\n",
             "a Python file (.py) that defines get_config()",
             id="config_file_not_python",
         ),
     ],
 )
-def test_bad_config_file(make, valid, tmp_path):
+def test_bad_config_file(name, content, valid, tmp_path):
     from launch.train import load_config
 
-    path = make(tmp_path)
+    path = str(tmp_path / name) if name else str(tmp_path)
+    if content is not None:
+        (tmp_path / name).write_text(content)
     with pytest.raises(ConfigError) as err:
         load_config(path, [])
     _message_names(err.value, "--config", repr(path), valid)

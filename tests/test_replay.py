@@ -4,7 +4,12 @@ import numpy as np
 import reverb
 
 from apex.replay.dataset import make_dataset
-from apex.replay.tables import TRANSITIONS_TABLE, transition_signature
+from apex.replay.tables import (
+    TRANSITIONS_TABLE,
+    transition_signature,
+    unpack_item,
+    unpack_transitions,
+)
 from apex.replay.writer import TransitionWriter
 
 
@@ -34,15 +39,17 @@ def test_writer_inserts_one_item_per_transition_with_its_priority_and_provenance
         for s in client.sample(TRANSITIONS_TABLE, num_samples=200, unpack_as_table_signature=True)
     ]
     for s in samples:
-        d = s.data
+        d = unpack_item(s.data)
         row = int(d["obs"][0]) // 4
         assert s.info.priority == np.linspace(1.0, 80.0, 80)[row]
         assert int(d["actor"]) == 2 and int(d["slot"]) == 8 + row % 4
         assert float(d["epsilon"]) == eps[row % 4]
         assert int(d["version"]) == 3 and float(d["reward"]) == 2.5
         np.testing.assert_array_equal(d["next_obs"], d["obs"] + 1)
+        assert d["action"].dtype == np.int32 and int(d["action"]) == row % 2
+        assert d["version"].dtype == np.int64 and d["insert_time"].dtype == np.float64
     # Higher priority is sampled more often (alpha = 0.6).
-    rows = [int(s.data["obs"][0]) // 4 for s in samples]
+    rows = [int(unpack_item(s.data)["obs"][0]) // 4 for s in samples]
     assert np.mean(rows) > 39.5
 
 
@@ -55,11 +62,23 @@ def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server,
             batch_of(small_config.replay.min_size + 10), np.ones(small_config.replay.min_size + 10)
         )
     sig = transition_signature(env_spec(small_config.env))
+    import functools
+
+    import tensorflow as tf
+
     ds = make_dataset(
-        f"localhost:{reverb_server.port}", sig, batch_size=16, num_workers=2, prefetch=1
+        f"localhost:{reverb_server.port}",
+        sig,
+        batch_size=16,
+        num_workers=2,
+        prefetch=1,
+        transform=functools.partial(unpack_transitions, xp=tf),
     )
     sample = next(iter(ds))
     assert sample.data["obs"].shape == (16, 4) and sample.data["action"].shape == (16,)
+    assert sample.data["action"].dtype.name == "int32"
+    assert sample.data["version"].dtype.name == "int64"
     assert sample.data["insert_time"].dtype.name == "float64"
+    np.testing.assert_array_equal(sample.data["next_obs"], sample.data["obs"] + 1)
     assert sample.info.key.shape == (16,) and sample.info.probability.shape == (16,)
     assert int(sample.info.table_size[0]) == small_config.replay.min_size + 10

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import reverb
 import tensorflow as tf
 
@@ -17,6 +19,7 @@ def make_dataset(
     in_flight_batches: int = 8,
     rate_limiter_timeout_ms: int = 1000,
     table: str = TRANSITIONS_TABLE,
+    transform: Callable[[dict], dict] | None = None,
 ) -> tf.data.Dataset:
     """Batches of ReplaySample(info, data); data leaves have shape [B, ...].
 
@@ -29,7 +32,8 @@ def make_dataset(
     TrajectoryDataset, which expects squeezed TrajectoryWriter columns) reads
     them: one timestep per sampled item. When the rate limiter blocks sampling for
     `rate_limiter_timeout_ms`, the dataset ends, so a learner can check for a
-    stop request and make a new iterator.
+    stop request and make a new iterator. `transform` maps each batch's data
+    (e.g. unpack_transitions) on the dataset's threads.
     """
     dtypes = tf.nest.map_structure(lambda s: s.dtype, signature)
     shapes = tf.nest.map_structure(lambda s: s.shape, signature)
@@ -48,6 +52,8 @@ def make_dataset(
         one, cycle_length=num_workers, num_parallel_calls=num_workers, deterministic=False
     )
     ds = ds.batch(batch_size, drop_remainder=True)
+    if transform is not None:
+        ds = ds.map(lambda s: s._replace(data=transform(s.data)))
     if prefetch:
         ds = ds.prefetch(prefetch)
     return ds

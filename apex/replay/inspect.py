@@ -192,6 +192,7 @@ def item_table(path: str, table: str, provenance: bool = True) -> dict[str, np.n
     times_sampled, inserted_at, age_seconds (at the checkpoint), and with
     `provenance` the items' actor, slot, epsilon, version and insert_time."""
     from apex.replay.checkpoint_reader import iter_items
+    from apex.replay.tables import unpack_item
 
     cols: dict[str, list] = {k: [] for k in ("key", "priority", "times_sampled", "inserted_at")}
     prov: dict[str, list] = {k: [] for k in PROVENANCE}
@@ -201,9 +202,10 @@ def item_table(path: str, table: str, provenance: bool = True) -> dict[str, np.n
         cols["times_sampled"].append(item.times_sampled)
         cols["inserted_at"].append(item.inserted_at)
         if provenance and isinstance(item.data, dict):
+            data = unpack_item(item.data)
             for k in PROVENANCE:
-                if k in item.data:
-                    prov[k].append(item.data[k].item())
+                if k in data:
+                    prov[k].append(data[k].item())
     out = {
         "key": np.asarray(cols["key"], np.uint64),
         "priority": np.asarray(cols["priority"], np.float64),
@@ -366,6 +368,7 @@ def select_items(path: str, table: str, n: int, order: str = "newest") -> list[d
     order: newest, oldest, top (highest priority), bottom, or random (seeded).
     """
     from apex.replay.checkpoint_reader import iter_items
+    from apex.replay.tables import unpack_item
 
     valid = ("newest", "oldest", "top", "bottom", "random")
     if order not in valid:
@@ -394,7 +397,7 @@ def select_items(path: str, table: str, n: int, order: str = "newest") -> list[d
         else:
             rank = chosen[item.key]
         data = (
-            {k: np.array(v) for k, v in item.data.items()}
+            {k: np.array(v) for k, v in unpack_item(item.data).items()}
             if isinstance(item.data, dict)
             else item.data
         )

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import reverb
 
-from apex.replay.tables import SEQUENCES_TABLE, TRANSITIONS_TABLE
+from apex.replay.tables import SEQUENCES_TABLE, TRANSITIONS_TABLE, pack_transitions
 
 # Why not acme's adders or reverb.TrajectoryWriter: acme's NStepTransitionAdder
 # inserts every item at priority 1.0 and handles one env at a time, and
@@ -31,7 +31,6 @@ class TransitionWriter:
         ...     w.write(batch, priorities)
     """
 
-    FIELDS: tuple[str, ...] = ("obs", "action", "reward", "discount", "next_obs")
     TABLE = TRANSITIONS_TABLE
 
     def __init__(
@@ -58,22 +57,24 @@ class TransitionWriter:
         self.seconds_writing = 0.0
 
     def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
-        """Writes every row of `batch` (see NStepAccumulator.add) with its priority."""
-        now = np.float64(time.time())
+        """Writes every row of `batch` (see NStepAccumulator.add) with its priority,
+        packed into the table's three columns (apex.replay.tables)."""
         t0 = time.perf_counter()
-        w = self._writer
+        local = np.asarray(batch["slot"], np.int64)
+        packed = pack_transitions(
+            batch, int(self._actor), self._slot_offset + local, self._epsilons[local], time.time()
+        )
+        pair, scalars, provenance = packed["obs_pair"], packed["scalars"], packed["provenance"]
+        w, table = self._writer, self._table
         for j in range(len(priorities)):
-            local = int(batch["slot"][j])
-            row = {name: batch[name][j] for name in self.FIELDS}
-            row["actor"] = self._actor
-            row["slot"] = np.int32(self._slot_offset + local)
-            row["epsilon"] = self._epsilons[local]
-            row["version"] = np.int64(batch["version"][j])
-            row["insert_time"] = now
-            w.append(row)
-            w.create_item(self._table, 1, float(priorities[j]))
+            w.append({"obs_pair": pair[j], "scalars": scalars[j], "provenance": provenance[j]})
+            w.create_item(table, 1, float(priorities[j]))
         self.items_written += len(priorities)
         self.seconds_writing += time.perf_counter() - t0
+
+    def flush(self) -> None:
+        """Blocks until the server confirmed every item written so far."""
+        self._writer.flush()
 
     def close(self, timeout: float = 3.0) -> bool:
         """Waits (at most `timeout` s) until the server confirmed every item, then closes.
@@ -122,3 +123,22 @@ class SequenceWriter(TransitionWriter):
 
     def __init__(self, *args, chunk_length: int = 2, **kwargs):
         super().__init__(*args, chunk_length=chunk_length, **kwargs)
+
+    def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
+        """Writes every sequence of `batch` (SequenceAccumulator.add) with its priority,
+        one column per field plus the provenance fields."""
+        now = np.float64(time.time())
+        t0 = time.perf_counter()
+        w = self._writer
+        for j in range(len(priorities)):
+            local = int(batch["slot"][j])
+            row = {name: batch[name][j] for name in self.FIELDS}
+            row["actor"] = self._actor
+            row["slot"] = np.int32(self._slot_offset + local)
+            row["epsilon"] = self._epsilons[local]
+            row["version"] = np.int64(batch["version"][j])
+            row["insert_time"] = now
+            w.append(row)
+            w.create_item(self._table, 1, float(priorities[j]))
+        self.items_written += len(priorities)
+        self.seconds_writing += time.perf_counter() - t0

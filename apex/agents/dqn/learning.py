@@ -3,6 +3,7 @@ asynchronous priority updates; also the variable source of the actors."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from apex.exploration import epsilon_bands
 from apex.metrics import MetricsWriter
 from apex.replay.dataset import make_dataset
 from apex.replay.priorities import PriorityUpdater
-from apex.replay.tables import item_signature, table_name
+from apex.replay.tables import item_signature, table_name, unpack_transitions
 
 
 class DQNLearner:
@@ -62,6 +63,9 @@ class DQNLearner:
             prefetch=lc.prefetch_batches,
             in_flight_batches=lc.in_flight_batches,
             table=table_name(config),
+            transform=None
+            if config.agent == "r2d2"
+            else functools.partial(unpack_transitions, xp=tf),
         )
         self._iterator = iter(self._dataset)
         self._updater = PriorityUpdater(
@@ -326,32 +330,28 @@ class DQNLearner:
         return version, weights, info
 
     # ---------------------------------------------------------- checkpoints
+    def _state_groups(self) -> dict[str, list]:
+        return {
+            "online": list(self._online.weights),
+            "target": list(self._target.weights),
+            "adam_m": self._optimizer.m,
+            "adam_v": self._optimizer.v,
+        }
+
     def get_state(self) -> dict[str, np.ndarray]:
         """Everything SGD needs to continue exactly: online and target weights,
         Adam's moments and step count, the learner step and the max priority."""
         state: dict[str, np.ndarray] = {"steps": np.asarray(self.steps, np.int64)}
         state["max_priority"] = np.asarray(self._updater.max_priority, np.float64)
         state["adam_iterations"] = self._optimizer.iterations.numpy()
-        groups = {
-            "online": self._online.weights,
-            "target": self._target.weights,
-            "adam_m": self._optimizer.m,
-            "adam_v": self._optimizer.v,
-        }
-        for prefix, variables in groups.items():
+        for prefix, variables in self._state_groups().items():
             for i, v in enumerate(variables):
                 state[f"{prefix}/{i}"] = v.numpy()
         return state
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Restores `get_state()`'s output; ValueError names a missing or misshapen array."""
-        groups = {
-            "online": self._online.weights,
-            "target": self._target.weights,
-            "adam_m": self._optimizer.m,
-            "adam_v": self._optimizer.v,
-        }
-        for prefix, variables in groups.items():
+        for prefix, variables in self._state_groups().items():
             count = sum(1 for k in state if k.startswith(prefix + "/"))
             if count != len(variables):
                 raise ValueError(
