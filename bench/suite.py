@@ -16,7 +16,8 @@ Parts (all measured in this one run, side by side):
   actor, stopping when solved or after --budget s: env steps/s, learner steps/s,
   samples per insert achieved, launch -> first learner step, launch -> solved,
   and peak RSS per node kind (from the nodes' heartbeats).
-Prints one table per part and writes bench/results/suite-<commit>.json.
+Prints one table per part and writes bench/results/suite-<commit>.json
+(suite-<parts>-<commit>.json for a subset).
 """
 
 from __future__ import annotations
@@ -288,7 +289,8 @@ def main() -> None:
     if "sweep" in parts:
         results["sweep"] = sweep(args)
     results["suite_seconds"] = time.time() - t0
-    print("\nresults:", save_results("suite", results))
+    name = "suite" if set(parts) == {"components", "bytes", "sweep"} else "suite-" + "-".join(parts)
+    print("\nresults:", save_results(name, results))
 
 
 if __name__ == "__main__":
