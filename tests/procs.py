@@ -72,6 +72,30 @@ def wait_for_state(run_dir: str, predicate, timeout: float) -> dict:
     raise TimeoutError(f"state.json never satisfied the condition; last: {last}")
 
 
+def start_learning(
+    run_dir: str, *overrides: str, learner_steps: int = 100, new_session: bool = False
+) -> tuple[subprocess.Popen, str]:
+    """start_train, then waits until the learner did more than `learner_steps` steps
+    (the program is killed if it never does)."""
+    proc, token = start_train(run_dir, *overrides, new_session=new_session)
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > learner_steps, 120)
+    except BaseException:
+        kill_tree(proc, token)
+        raise
+    return proc, token
+
+
+def seconds_until_gone(token: str, since: float, timeout: float = 40.0) -> float:
+    """Waits (at most `timeout` s after `since`) until no process carries `token`;
+    returns the seconds from `since` (inf if some are left)."""
+    while processes_with_token(token):
+        if time.time() - since > timeout:
+            return float("inf")
+        time.sleep(0.2)
+    return time.time() - since
+
+
 def kill_tree(proc: subprocess.Popen, token: str) -> None:
     for p in processes_with_token(token):
         try:
