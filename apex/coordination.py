@@ -12,11 +12,11 @@ from typing import Any
 
 from apex.config import ApexConfig
 from apex.doctor import diagnose
-from apex.heartbeat import STOPPED, read_heartbeats
+from apex.heartbeat import read_heartbeats
 from apex.jsonio import write_json_atomic
 from apex.metrics import MetricsWriter
 from apex.replay.inspect import stats_from_server_info
-from apex.supervision import pid_alive
+from apex.supervision import node_finished
 
 SUMMARY_KEYS = (
     "env_steps",
@@ -355,12 +355,7 @@ class Coordinator:
 
     def _learner_gone(self) -> bool:
         """The learner finished or died without (another) checkpoint: stop waiting."""
-        if not self._run_dir:
-            return False
-        beat = read_heartbeats(self._run_dir).get("learner")
-        if beat is None:
-            return False
-        return beat.get("state") == STOPPED or not pid_alive(int(beat.get("pid") or 0))
+        return bool(self._run_dir) and node_finished(self._run_dir, "learner") is True
 
     def check_health(self, now: float | None = None) -> list[Any]:
         """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""

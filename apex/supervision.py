@@ -30,6 +30,15 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def node_finished(run_dir: str, node: str) -> bool | None:
+    """Whether `node` is done: its heartbeat says 'stopped' or its process is gone
+    (None: it has no heartbeat)."""
+    beat = hb.read_heartbeats(run_dir).get(node)
+    if beat is None:
+        return None
+    return beat.get("state") == hb.STOPPED or not pid_alive(int(beat.get("pid") or 0))
+
+
 def dead_nodes(run_dir: str) -> list[tuple[str, int]]:
     """(node, pid) of every node whose heartbeat is not 'stopped' and whose process
     is gone, the one whose heartbeat stopped first (the likely cause) first."""

@@ -57,6 +57,27 @@ def _config(envs: int):
     return c
 
 
+# (label, bound's median key, apex's median key, unit): the table both this
+# script and bench/suite.py print.
+ROWS = (
+    ("acting, no replay", "env_raw_steps_per_s", "actor_no_replay_steps_per_s", "env steps/s"),
+    ("inserting", "insert_raw_items_per_s", "insert_apex_items_per_s", "items/s"),
+    ("actor process / raw env", "env_raw_steps_per_s", "actor_process_steps_per_s", "env steps/s"),
+    (
+        "learner from Reverb / constant input",
+        "learner_constant_steps_per_s",
+        "learner_reverb_steps_per_s",
+        "steps/s",
+    ),
+    (
+        "sampling: learner's use / dataset alone",
+        "sample_transitions_per_s",
+        "learner_reverb_transitions_per_s",
+        "transitions/s",
+    ),
+)
+
+
 def timed(fn, seconds: float) -> float:
     """Calls fn() (which returns a count) until `seconds` pass; returns counts per second."""
     n, t0 = 0, time.perf_counter()
@@ -221,30 +242,13 @@ def main() -> None:
         med["learner_reverb_steps_per_s"] * lcfg.learner.batch_size
     )
     med["priority_update_ms_per_batch"] = statistics.median(lat)
-    rows = [
-        ("acting (no replay)", "env_raw_steps_per_s", "actor_no_replay_steps_per_s", "env steps/s"),
-        ("inserting", "insert_raw_items_per_s", "insert_apex_items_per_s", "items/s"),
-        (
-            "actor process (inference + inserts)",
-            "env_raw_steps_per_s",
-            "actor_process_steps_per_s",
-            "env steps/s",
-        ),
-        ("learning", "learner_constant_steps_per_s", "learner_reverb_steps_per_s", "steps/s"),
-        (
-            "sampling (learner's input)",
-            "sample_transitions_per_s",
-            "learner_reverb_transitions_per_s",
-            "transitions/s",
-        ),
-    ]
     commit = git_commit(ROOT)
     print(
         f"apex bench/components.py  commit {commit}  {os.cpu_count()} cpus  envs={args.envs}  "
         f"batch={lcfg.learner.batch_size}  medians of {args.repeats} x {args.seconds:g} s"
     )
     print("\n| part | bound | apex | apex / bound | unit |\n|---|---|---|---|---|")
-    for label, bound, ours, unit in rows:
+    for label, bound, ours, unit in ROWS:
         print(
             f"| {label} | {med[bound]:,.0f} | {med[ours]:,.0f} | {med[ours] / med[bound]:.2f} | {unit} |"
         )

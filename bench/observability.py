@@ -29,17 +29,11 @@ import time
 from common import ROOT, fill_transitions, fmt, header, run_program, save_results
 
 
-def _du(path: str) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
-    return total
-
-
 def inspect_bench(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import reverb
 
+    from apex.checkpointing import directory_bytes
     from apex.config import ApexConfig
     from apex.envs import env_spec
     from apex.replay import inspect
@@ -80,7 +74,7 @@ def inspect_bench(args) -> None:
     t = time.time()
     inspect.breakdown(inspect.item_table(path, TRANSITIONS_TABLE))
     lib["breakdown (read, all payloads decoded)"] = time.time() - t
-    ckpt_bytes = _du(path)
+    ckpt_bytes = directory_bytes(path)
 
     cli = {}
     for name, extra in [

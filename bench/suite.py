@@ -57,30 +57,10 @@ def components(args) -> dict:
     out_line = [line for line in proc.stdout.splitlines() if line.startswith("wrote ")][-1]
     with open(out_line.split(" ", 1)[1]) as f:
         med = json.load(f)["medians"]
-    rows = [
-        ("acting, no replay", "env_raw_steps_per_s", "actor_no_replay_steps_per_s", "env steps/s"),
-        ("inserting", "insert_raw_items_per_s", "insert_apex_items_per_s", "items/s"),
-        (
-            "actor process / raw env",
-            "env_raw_steps_per_s",
-            "actor_process_steps_per_s",
-            "env steps/s",
-        ),
-        (
-            "learner from Reverb / constant input",
-            "learner_constant_steps_per_s",
-            "learner_reverb_steps_per_s",
-            "steps/s",
-        ),
-        (
-            "sampling: learner's use / dataset alone",
-            "sample_transitions_per_s",
-            "learner_reverb_transitions_per_s",
-            "transitions/s",
-        ),
-    ]
+    from components import ROWS
+
     table = []
-    for label, bound, ours, unit in rows:
+    for label, bound, ours, unit in ROWS:
         table.append(
             {
                 "part": label,

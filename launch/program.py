@@ -44,6 +44,7 @@ from apex.exploration import slot_epsilons
 from apex.metrics import MetricsWriter
 from apex.replay.tables import make_tables
 from apex.replay.writer import SequenceWriter, TransitionWriter
+from apex.supervision import node_finished
 from apex.variables import StopRequested
 
 # A node still alive this long after a stop request prints every thread's stack
@@ -124,7 +125,8 @@ LAUNCH_TERMINATION_SECONDS = 28
 class GracefulReverbNode(lp.ReverbNode):
     """lp.ReverbNode whose server outlives the stop request: by the grace period,
     and, when the learner writes a checkpoint at the stop, until it is written
-    (the learner's heartbeat turns 'stopped'), at most FINAL_CHECKPOINT_WAIT_SECONDS."""
+    (the learner's heartbeat turns 'stopped', or its process is gone), at most
+    FINAL_CHECKPOINT_WAIT_SECONDS."""
 
     def __init__(self, tables_fn, checkpoint_ctor=None, run_dir: str = "", wait: bool = False):
         super().__init__(tables_fn, checkpoint_ctor)
@@ -137,10 +139,7 @@ class GracefulReverbNode(lp.ReverbNode):
         if not (self._wait and self._run_dir):
             return
         deadline = time.time() + FINAL_CHECKPOINT_WAIT_SECONDS
-        while time.time() < deadline:
-            learner = hb.read_heartbeats(self._run_dir).get("learner")
-            if learner is None or learner.get("state") == hb.STOPPED:
-                return
+        while time.time() < deadline and node_finished(self._run_dir, "learner") is False:
             time.sleep(0.2)
 
 
