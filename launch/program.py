@@ -122,21 +122,25 @@ FINAL_CHECKPOINT_WAIT_SECONDS = 24.0
 LAUNCH_TERMINATION_SECONDS = 28
 
 
+# Longest the learner keeps sampling at a stop so that actors held by the rate
+# limiter get out of their insert and stop (it ends as soon as they all have).
+ACTOR_DRAIN_SECONDS = 10.0
+
+
 class GracefulReverbNode(lp.ReverbNode):
     """lp.ReverbNode whose server outlives the stop request: by the grace period,
-    and, when the learner writes a checkpoint at the stop, until it is written
-    (the learner's heartbeat turns 'stopped', or its process is gone), at most
-    FINAL_CHECKPOINT_WAIT_SECONDS."""
+    and, in a run with a run_dir, until the learner has finished (its drain
+    that releases the actors and its final checkpoint: its heartbeat turns
+    'stopped', or its process is gone), at most FINAL_CHECKPOINT_WAIT_SECONDS."""
 
-    def __init__(self, tables_fn, checkpoint_ctor=None, run_dir: str = "", wait: bool = False):
+    def __init__(self, tables_fn, checkpoint_ctor=None, run_dir: str = ""):
         super().__init__(tables_fn, checkpoint_ctor)
         self._run_dir = run_dir
-        self._wait = wait
 
     def run(self) -> None:
         super().run()  # returns when the program is asked to stop
         time.sleep(REPLAY_STOP_GRACE_SECONDS + 0.5)
-        if not (self._wait and self._run_dir):
+        if not self._run_dir:
             return
         deadline = time.time() + FINAL_CHECKPOINT_WAIT_SECONDS
         while time.time() < deadline and node_finished(self._run_dir, "learner") is False:
@@ -208,7 +212,10 @@ class LearnerNode:
     def run(self) -> None:
         try:
             self._learner.run(_stop_requested())
-            self._learner.drain(REPLAY_STOP_GRACE_SECONDS)
+            if self._run_dir:  # until every actor is out of its last insert (bounded)
+                self._learner.drain(ACTOR_DRAIN_SECONDS, until=self._actors_finished)
+            else:
+                self._learner.drain(REPLAY_STOP_GRACE_SECONDS)
             if self._learner.checkpointer is not None and self._config.checkpoint.on_stop:
                 try:
                     self._learner.checkpointer.save(self._learner, reason="stop")
@@ -221,6 +228,10 @@ class LearnerNode:
                     )
         finally:
             self._heartbeat.close()
+
+    def _actors_finished(self) -> bool:
+        actors = [n for n in hb.read_heartbeats(self._run_dir) if n.startswith("actor_")]
+        return all(node_finished(self._run_dir, n) is not False for n in actors)
 
     def checkpoint(self) -> str:
         """Writes a run checkpoint now; returns its path (RPC)."""
@@ -502,7 +513,6 @@ def make_program(
         functools.partial(make_tables, config, spec),
         checkpoint_ctor,
         run_dir=run_dir,
-        wait=config.checkpoint.on_stop,
     )
     replay = replay_node.create_handle()
 

@@ -234,24 +234,28 @@ class DQNLearner:
             if not should_stop():
                 self._error = err
 
-    def drain(self, seconds: float) -> int:
-        """Samples (without training) for at most `seconds`; returns the batches drawn.
+    def drain(self, seconds: float, until: Callable[[], bool] | None = None) -> int:
+        """Samples (without training) for at most `seconds`, or until `until()`;
+        returns the batches drawn.
 
         Used at shutdown: the rate limiter blocks actors' inserts once the
         learner stops sampling, and an actor stuck in an insert cannot see the
-        stop request nor close its writer. Sampling for a moment releases them.
-        Runs on a daemon thread so that a blocked sample cannot hold the caller.
+        stop request nor close its writer. Sampling releases them. It uses a
+        fresh iterator (the SGD thread may still hold the old one) and runs on a
+        daemon thread so that a blocked sample cannot hold the caller.
         """
         end = time.time() + seconds
         count = [0]
+        done = until or (lambda: False)
 
         def loop() -> None:
-            while time.time() < end:
+            iterator = iter(self._dataset)
+            while time.time() < end and not done():
                 try:
-                    next(self._iterator)
+                    next(iterator)
                     count[0] += 1
                 except (tf.errors.OutOfRangeError, StopIteration):
-                    self._iterator = iter(self._dataset)
+                    iterator = iter(self._dataset)
                 except Exception:  # noqa: BLE001 - the server is going down: nothing left to release
                     return
 
