@@ -168,7 +168,7 @@ class LearnerConfig:
     importance_exponent: float = 0.4
     """Beta of the importance-sampling weights (N * P(i)) ** -beta."""
     num_sample_workers: int = 1
-    """Parallel Reverb sampling streams feeding the learner."""
+    """Reverb sampling streams (worker threads) feeding the learner."""
     in_flight_batches: int = 8
     """Batches each sampling stream keeps requested ahead of the learner."""
     prefetch_batches: int = 8

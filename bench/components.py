@@ -6,9 +6,11 @@ r"""Component benchmark: each hot part of apex next to its bound, measured in on
 |---|---|---|
 | acting | raw loop over E CartPole envs, random actions | VectorActor (batched numpy inference + n-step), no replay |
 | inserting | legacy reverb Writer, constant items, server in another process | TransitionWriter.write of real batches, same server |
-| actor process | - | VectorActor + TransitionWriter into that server |
+| actor process | raw env loop | VectorActor + TransitionWriter into that server |
+| actor process | env + insert floor: the raw loop plus one constant item per env step through the same writer (no inference, no n-step) | VectorActor + TransitionWriter |
 | learning | the learner's SGD step on a constant batch (no Reverb) | DQNLearner.step fed by an in-process Reverb table |
 | sampling | the learner's prefetching dataset drawn alone (no SGD) | transitions the Reverb-fed learner trains on per second |
+| learning | 2-core ceiling: cpus / (CPU s per SGD step + CPU s per sampled batch), each measured alone, capped at the constant-input rate | DQNLearner.step fed by Reverb |
 | priority updates | - | mutate_priorities of one batch of keys, median ms |
 
 Prints medians over --repeats and ratios, and writes
@@ -64,8 +66,20 @@ ROWS = (
     ("inserting", "insert_raw_items_per_s", "insert_apex_items_per_s", "items/s"),
     ("actor process / raw env", "env_raw_steps_per_s", "actor_process_steps_per_s", "env steps/s"),
     (
+        "actor process / env + insert floor",
+        "env_insert_floor_steps_per_s",
+        "actor_process_steps_per_s",
+        "env steps/s",
+    ),
+    (
         "learner from Reverb / constant input",
         "learner_constant_steps_per_s",
+        "learner_reverb_steps_per_s",
+        "steps/s",
+    ),
+    (
+        "learner from Reverb / 2-core ceiling",
+        "learner_ceiling_steps_per_s",
         "learner_reverb_steps_per_s",
         "steps/s",
     ),
@@ -80,10 +94,16 @@ ROWS = (
 
 def timed(fn, seconds: float) -> float:
     """Calls fn() (which returns a count) until `seconds` pass; returns counts per second."""
-    n, t0 = 0, time.perf_counter()
+    return timed_cpu(fn, seconds)[0]
+
+
+def timed_cpu(fn, seconds: float) -> tuple[float, float]:
+    """(counts per second, this process's CPU seconds per count) of calling fn()
+    (which returns a count) until `seconds` pass; CPU counts every thread."""
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         n += fn()
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), (time.process_time() - c0) / max(n, 1)
 
 
 class _Null:
@@ -169,6 +189,16 @@ def main() -> None:
     packed = pack_transitions(batch, 0, batch["slot"], np.full(len(prios), 0.1), 0.0)
     item = {k: v[0] for k, v in packed.items()}
 
+    # The floor of any actor that writes one item per env step: the raw loop
+    # plus one constant item per env step through the same writer.
+    const_columns = {k: np.repeat(v[:1], args.envs, axis=0) for k, v in packed.items()}
+    const_prios = np.ones(args.envs)
+
+    def env_insert_floor(w) -> int:
+        raw_step()
+        w._insert(const_columns, const_prios)
+        return args.envs
+
     def raw_insert(w) -> int:
         for _ in range(64):
             w.append(item)
@@ -188,6 +218,8 @@ def main() -> None:
                 "insert_apex_items_per_s",
                 timed(lambda: (tw.write(batch, prios), len(prios))[1], args.seconds),
             )
+        with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+            rec("env_insert_floor_steps_per_s", timed(lambda: env_insert_floor(tw), args.seconds))
         with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
             actor = VectorActor(cfg, 0, _Weights(cfg), tw)
             rec(
@@ -210,11 +242,12 @@ def main() -> None:
             actor.step()
     learner = DQNLearner(lcfg, spec, laddr)
     learner.start_priority_updates()
+    learner.step()  # makes its iterator
     sample = next(learner._iterator)
     const_iter = iter(tf.data.Dataset.from_tensors(sample).repeat())
 
     def const_step() -> int:
-        learner._sgd(const_iter)["loss"].numpy()
+        learner._run_sgd(const_iter)["scalars"].numpy()
         return 1
 
     def sample_only() -> int:
@@ -224,9 +257,14 @@ def main() -> None:
     keys = sample.info.key.numpy()
     lat = []
     for _ in range(args.repeats):
-        rec("sample_transitions_per_s", timed(sample_only, args.seconds))
+        rate, cpu = timed_cpu(sample_only, args.seconds)
+        rec("sample_transitions_per_s", rate)
+        rec("sample_cpu_ms_per_batch", 1000 * cpu * lcfg.learner.batch_size)
+        const_step()  # each switch of iterator traces the SGD step once (_run_sgd): untimed
+        rate, cpu = timed_cpu(const_step, args.seconds)
+        rec("learner_constant_steps_per_s", rate)
+        rec("sgd_cpu_ms_per_step", 1000 * cpu)
         learner.step()
-        rec("learner_constant_steps_per_s", timed(const_step, args.seconds))
         rec("learner_reverb_steps_per_s", timed(lambda: (learner.step(), 1)[1], args.seconds))
         for _ in range(50):
             t0 = time.perf_counter()
@@ -242,6 +280,14 @@ def main() -> None:
         med["learner_reverb_steps_per_s"] * lcfg.learner.batch_size
     )
     med["priority_update_ms_per_batch"] = statistics.median(lat)
+    # SGD and sampling each measured alone, in CPU time: spread over every
+    # core with nothing else running, a Reverb-fed step cannot beat this.
+    med["learner_ceiling_steps_per_s"] = min(
+        med["learner_constant_steps_per_s"],
+        (os.cpu_count() or 1)
+        * 1000.0
+        / (med["sgd_cpu_ms_per_step"] + med["sample_cpu_ms_per_batch"]),
+    )
     commit = git_commit(ROOT)
     print(
         f"apex bench/components.py  commit {commit}  {os.cpu_count()} cpus  envs={args.envs}  "
@@ -254,6 +300,10 @@ def main() -> None:
         )
     print(
         f"| priority update (mutate_priorities, {len(keys)} keys) | - | {med['priority_update_ms_per_batch']:.2f} | - | ms |"
+    )
+    print(
+        f"| CPU per SGD step / per sampled batch, each alone | {med['sgd_cpu_ms_per_step']:.2f} "
+        f"| {med['sample_cpu_ms_per_batch']:.2f} | - | CPU ms |"
     )
     out = os.path.join(ROOT, "bench", "results", f"components-{(commit or 'nocommit')[:12]}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)

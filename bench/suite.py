@@ -83,6 +83,10 @@ def components(args) -> dict:
     print(
         f"| priority update, one batch | - | {med['priority_update_ms_per_batch']:.2f} ms | - | - | |"
     )
+    print(
+        f"| CPU per SGD step / per sampled batch, each alone | {med['sgd_cpu_ms_per_step']:.2f} ms "
+        f"| {med['sample_cpu_ms_per_batch']:.2f} ms | - | - | |"
+    )
     return {"medians": med, "rows": table}
 
 

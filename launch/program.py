@@ -370,7 +370,11 @@ class ActorNode:
         c = self._config
         e = c.actor.envs_per_actor
         with writer_class(
-            self._replay, self._actor_id, eps, slot_offset=self._actor_id * e
+            self._replay,
+            self._actor_id,
+            eps,
+            slot_offset=self._actor_id * e,
+            should_stop=should_stop,
         ) as writer:
             actor = actor_class(
                 c,

@@ -62,13 +62,15 @@ def test_actor_items_fit_the_table_and_carry_provenance(name):
         table = table_name(c)
         info = client.server_info()[table]
         assert info.current_size == actor.items_written
-        (s,) = client.sample(table, num_samples=1, unpack_as_table_signature=True)
-        data = unpack_item(s[0].data)  # the stored columns, by field name
+        (s,) = client.sample(
+            table, num_samples=1, emit_timesteps=False, unpack_as_table_signature=True
+        )
+        data = unpack_item(s.data)  # the stored columns, by field name
         assert int(data["actor"]) == 1 and int(data["slot"]) in (2, 3)
         assert int(data["version"]) == 3
         assert float(data["epsilon"]) in [pytest.approx(float(e)) for e in eps]
         assert np.asarray(data["obs"]).dtype == np.dtype(spec.observation_dtype)
-        assert s[0].info.priority > 0
+        assert s.info.priority > 0
     finally:
         server.stop()
 

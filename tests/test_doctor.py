@@ -80,7 +80,7 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
 
         def sample_until_drained():
             while not drain.is_set():
-                list(client.sample(TRANSITIONS_TABLE, num_samples=10))
+                list(client.sample(TRANSITIONS_TABLE, num_samples=10, emit_timesteps=False))
 
         threading.Thread(target=sample_until_drained, daemon=True).start()
         assert done.wait(30)

@@ -50,10 +50,10 @@ def test_learner_steps_update_priorities_and_versions(reverb_server, small_confi
     # The table now holds the learner's priorities for those keys.
     sent = dict(zip(keys.tolist(), new_prios.tolist()))
     seen = {}
-    for s in client.sample(TRANSITIONS_TABLE, num_samples=2000):
-        k = int(s[0].info.key)
+    for s in client.sample(TRANSITIONS_TABLE, num_samples=2000, emit_timesteps=False):
+        k = int(s.info.key)
         if k in sent:
-            seen[k] = s[0].info.priority
+            seen[k] = s.info.priority
     assert seen, "none of the updated keys was sampled back"
     for k, p in seen.items():
         assert p == pytest.approx(sent[k], rel=1e-5)

@@ -73,10 +73,10 @@ class ProgramTest(absltest.TestCase):
         self.assertNotEmpty(changed)
         seen = {}
         for _ in range(10):  # actors keep inserting: a busy machine may need more draws
-            for s in replay.sample(table, num_samples=3000):
-                key = int(s[0].info.key)
+            for s in replay.sample(table, num_samples=3000, emit_timesteps=False):
+                key = int(s.info.key)
                 if key in changed:
-                    seen[key] = s[0].info.priority
+                    seen[key] = s.info.priority
             if seen:
                 break
         self.assertNotEmpty(seen, "no updated key was sampled back")
@@ -92,7 +92,10 @@ class ProgramTest(absltest.TestCase):
     def test_r2d2_learner_stepped_k_times_on_sequences_with_stored_state(self):
         replay, table, c = self._run("r2d2")
         items = [
-            s[0].data for s in replay.sample(table, num_samples=50, unpack_as_table_signature=True)
+            s.data
+            for s in replay.sample(
+                table, num_samples=50, emit_timesteps=False, unpack_as_table_signature=True
+            )
         ]
         length = c.r2d2.sequence_length
         for d in items:

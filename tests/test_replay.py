@@ -34,10 +34,14 @@ def test_writer_inserts_one_item_per_transition_with_its_priority_and_provenance
         w.write(batch_of(80), np.linspace(1.0, 80.0, 80))  # above min_size (64): sampling allowed
     info = client.server_info()[TRANSITIONS_TABLE]
     assert info.current_size == 80
-    samples = [
-        s[0]
-        for s in client.sample(TRANSITIONS_TABLE, num_samples=200, unpack_as_table_signature=True)
-    ]
+    samples = list(
+        client.sample(
+            TRANSITIONS_TABLE,
+            num_samples=200,
+            emit_timesteps=False,
+            unpack_as_table_signature=True,
+        )
+    )
     for s in samples:
         d = unpack_item(s.data)
         row = int(d["obs"][0]) // 4
@@ -82,3 +86,38 @@ def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server,
     np.testing.assert_array_equal(sample.data["next_obs"], sample.data["obs"] + 1)
     assert sample.info.key.shape == (16,) and sample.info.probability.shape == (16,)
     assert int(sample.info.table_size[0]) == small_config.replay.min_size + 10
+
+
+def test_writer_held_by_the_rate_limiter_waits_then_returns_at_a_stop():
+    """While the rate limiter holds inserts, write() waits with at most
+    max_in_flight_items unconfirmed; a stop request ends the wait (no hang) and
+    close() reports the items it could not deliver."""
+    import threading
+    import time
+
+    from apex.config import ApexConfig
+    from apex.envs import env_spec
+    from apex.replay.tables import make_tables
+
+    c = ApexConfig()
+    c.replay.min_size = 10
+    c.replay.samples_per_insert = 1.0
+    c.replay.error_buffer = 5.0  # inserts stop ~15 items in, nothing samples
+    server = reverb.Server(make_tables(c, env_spec(c.env)))
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        stop = threading.Event()
+        w = TransitionWriter(
+            client, 0, np.full(4, 0.1, np.float32), max_in_flight_items=8, should_stop=stop.is_set
+        )
+        threading.Timer(1.0, stop.set).start()
+        t0 = time.time()
+        w.write(batch_of(64), np.ones(64))
+        waited = time.time() - t0
+        assert 1.0 <= waited < 10  # held until the stop, then returned
+        assert w.items_written == 64
+        size = client.server_info()[TRANSITIONS_TABLE].current_size
+        assert 10 <= size <= 16  # what the rate limiter let in
+        assert w.close(timeout=0.5) is False  # the rest could not be confirmed
+    finally:
+        server.stop()

@@ -47,7 +47,9 @@ def filled(small_config, tmp_path):
         }
         w.write(batch, np.array([known_priority(actor, i) for i in range(n)]))
         assert w.close()
-    sampled = [s[0].info.key for s in client.sample(TRANSITIONS_TABLE, num_samples=7)]
+    sampled = [
+        s.info.key for s in client.sample(TRANSITIONS_TABLE, num_samples=7, emit_timesteps=False)
+    ]
     yield server, client, ckpt_root, sampled
     server.stop()
 

@@ -11,21 +11,9 @@ Edges (checked against an independent reference in tests/test_nstep.py):
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-
 import numpy as np
 
 TRANSITION_FIELDS = ("obs", "action", "reward", "discount", "next_obs", "slot", "version", "td")
-
-
-@dataclasses.dataclass
-class _Pending:
-    obs: np.ndarray
-    action: int
-    reward: float
-    q_taken: float
-    version: int
 
 
 class NStepAccumulator:
@@ -42,6 +30,11 @@ class NStepAccumulator:
       slot, version     which env slot produced it and the parameter version acted with
       td                reward + discount * next_value - q_taken (the actor's n-step TD)
 
+    Rows come slot by slot (ascending); an ended slot gives all its pending
+    transitions, oldest first. The pending steps live in numpy ring buffers
+    indexed [step % n, slot], so a step costs a few array operations whatever
+    the number of envs; only slots whose episode ended are handled one by one.
+
     Example:
         >>> acc = NStepAccumulator(num_envs=1, n=2, discount=0.5)
         >>> o = np.zeros((1, 1), np.float32)
@@ -57,39 +50,19 @@ class NStepAccumulator:
         self.num_envs = num_envs
         self.n = n
         self.discount = float(discount)
-        self._pending: list[collections.deque[_Pending]] = [
-            collections.deque() for _ in range(num_envs)
-        ]
         self._powers = self.discount ** np.arange(n + 1)
+        self._count = np.zeros(num_envs, np.int64)  # pending steps per slot (<= n)
+        self._t = -1  # index of the newest step
+        self._obs: np.ndarray | None = None  # [n, E, *obs], made on the first add
+        self._action = np.zeros((n, num_envs), np.int32)
+        self._reward = np.zeros((n, num_envs), np.float64)
+        self._q = np.zeros((n, num_envs), np.float64)
+        self._version = np.zeros((n, num_envs), np.int64)
+        self._slots = np.arange(num_envs)
 
     def pending(self, slot: int) -> int:
         """Steps of `slot` not yet emitted."""
-        return len(self._pending[slot])
-
-    def _emit(
-        self,
-        out: dict[str, list],
-        slot: int,
-        entries: collections.deque[_Pending],
-        start: int,
-        next_obs: np.ndarray,
-        bootstrap: bool,
-        next_value: float,
-    ) -> None:
-        first = entries[start]
-        k = len(entries) - start
-        ret = 0.0
-        for j in range(k):
-            ret += self._powers[j] * entries[start + j].reward
-        disc = float(self._powers[k]) if bootstrap else 0.0
-        out["obs"].append(first.obs)
-        out["action"].append(first.action)
-        out["reward"].append(ret)
-        out["discount"].append(disc)
-        out["next_obs"].append(next_obs)
-        out["slot"].append(slot)
-        out["version"].append(first.version)
-        out["td"].append(ret + disc * next_value - first.q_taken)
+        return int(self._count[slot])
 
     def add(
         self, obs, actions, q_taken, versions, rewards, terminated, truncated, next_obs, next_value
@@ -107,36 +80,65 @@ class NStepAccumulator:
             episode ended, the FINAL observation (not the reset one).
           next_value: [E] max_a Q(next_obs, a) of the acting network.
         """
-        out: dict[str, list] = {k: [] for k in TRANSITION_FIELDS}
-        for i in range(self.num_envs):
-            q = self._pending[i]
-            q.append(
-                _Pending(
-                    obs[i], int(actions[i]), float(rewards[i]), float(q_taken[i]), int(versions[i])
-                )
-            )
-            if terminated[i] or truncated[i]:
-                entries = list(q)
-                boot = not bool(terminated[i])
-                for start in range(len(entries)):
-                    self._emit(out, i, entries, start, next_obs[i], boot, float(next_value[i]))
-                q.clear()
-            elif len(q) == self.n:
-                self._emit(out, i, q, 0, next_obs[i], True, float(next_value[i]))
-                q.popleft()
-        if not out["obs"]:
+        n = self.n
+        obs = np.asarray(obs)
+        if self._obs is None:
+            self._obs = np.zeros((n, *obs.shape), obs.dtype)
+        self._t += 1
+        now = self._t % n
+        self._obs[now] = obs
+        self._action[now] = actions
+        self._reward[now] = rewards
+        self._q[now] = q_taken
+        self._version[now] = versions
+        self._count += 1
+        terminated = np.asarray(terminated, bool)
+        ended = terminated | np.asarray(truncated, bool)
+        next_value = np.asarray(next_value, np.float64)
+        full = np.flatnonzero((self._count == n) & ~ended)
+        ended_slots = np.flatnonzero(ended)
+        if len(full) == 0 and len(ended_slots) == 0:
             return None
+        parts = []
+        if len(full):
+            # Slots with n pending steps and no end: one transition each, from
+            # the oldest step, summed oldest first (as a scalar loop would).
+            rows = (self._t - n + 1 + np.arange(n)) % n
+            ret = np.zeros(len(full))
+            for j in range(n):
+                ret += self._powers[j] * self._reward[rows[j], full]
+            disc = np.full(len(full), self._powers[n])
+            parts.append((full, np.full(len(full), rows[0]), ret, disc))
+            self._count[full] = n - 1
+        for i in ended_slots:
+            c = int(self._count[i])
+            rows = (self._t - c + 1 + np.arange(c)) % n
+            r = self._reward[rows, i]
+            ret = np.zeros(c)
+            for start in range(c):
+                for j in range(c - start):
+                    ret[start] += self._powers[j] * r[start + j]
+            k = c - np.arange(c)
+            disc = np.zeros(c) if terminated[i] else self._powers[k]
+            parts.append((np.full(c, i), rows, ret, disc))
+            self._count[i] = 0
+        if len(parts) == 1:
+            slot, row, ret, disc = parts[0]
+        else:
+            slot, row, ret, disc = (np.concatenate(x) for x in zip(*parts))
+            order = np.argsort(slot, kind="stable")
+            slot, row, ret, disc = slot[order], row[order], ret[order], disc[order]
         return {
-            "obs": np.stack(out["obs"]),  # the env's dtype: uint8 images stay uint8
-            "action": np.asarray(out["action"], np.int32),
-            "reward": np.asarray(out["reward"], np.float32),
-            "discount": np.asarray(out["discount"], np.float32),
-            "next_obs": np.stack(out["next_obs"]),
-            "slot": np.asarray(out["slot"], np.int32),
-            "version": np.asarray(out["version"], np.int64),
-            "td": np.asarray(out["td"], np.float32),
+            "obs": self._obs[row, slot],  # the env's dtype: uint8 images stay uint8
+            "action": self._action[row, slot],
+            "reward": ret.astype(np.float32),
+            "discount": disc.astype(np.float32),
+            "next_obs": np.asarray(next_obs)[slot],
+            "slot": slot.astype(np.int32),
+            "version": self._version[row, slot],
+            "td": (ret + disc * next_value[slot] - self._q[row, slot]).astype(np.float32),
         }
 
     def reset_slot(self, slot: int) -> None:
         """Drops the pending steps of `slot` (e.g. after its env was rebuilt)."""
-        self._pending[slot].clear()
+        self._count[slot] = 0
