@@ -155,7 +155,7 @@ def sigkill_bench(args) -> None:
     from apex.supervision import pid_alive
 
     rows = []
-    for kind in ("actor", "learner", "coordinator", "launcher"):
+    for kind in args.kinds:
         run_dir = tempfile.mkdtemp(prefix=f"apex-kill-{kind}-")
         proc = _train(
             run_dir,
@@ -250,6 +250,13 @@ def main() -> None:
     s.add_argument("--items", type=int, nargs="+", default=[100_000, 1_000_000])
     k = sub.add_parser("sigkill")
     k.add_argument("--period", type=float, default=10.0)
+    k.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["actor", "learner", "coordinator", "launcher"],
+        choices=["actor", "learner", "coordinator", "launcher"],
+        help="which process to SIGKILL, one run each",
+    )
     args = parser.parse_args()
     {"size": size_bench, "sigkill": sigkill_bench}[args.what](args)
 
