@@ -58,7 +58,6 @@ class NStepAccumulator:
         self._reward = np.zeros((n, num_envs), np.float64)
         self._q = np.zeros((n, num_envs), np.float64)
         self._version = np.zeros((n, num_envs), np.int64)
-        self._slots = np.arange(num_envs)
 
     def pending(self, slot: int) -> int:
         """Steps of `slot` not yet emitted."""
