@@ -120,6 +120,8 @@ def replay_bytes(args) -> dict:
     import reverb
 
     sys.path.insert(0, ROOT)
+    from components import _Weights
+
     from apex.agents.dqn.acting import VectorActor
     from apex.config import ApexConfig
     from apex.envs import env_spec
@@ -136,16 +138,9 @@ def replay_bytes(args) -> dict:
     c.actor.envs_per_actor = 16
     client = reverb.Client(f"localhost:{port}")
 
-    class _Weights:
-        def get_variables(self):
-            from apex.agents.dqn.networks import QNetwork
-
-            net = QNetwork(4, 2, c.learner.hidden_sizes, seed=0)
-            return 0, net.get_weights(), {}
-
     rss = []
     with TransitionWriter(client, 0, np.full(16, 0.1, np.float32)) as w:
-        actor = VectorActor(c, 0, _Weights(), w)
+        actor = VectorActor(c, 0, _Weights(c), w)
         for target in (n // 2, n):  # the slope between half and full: no fixed costs
             while actor.items_written < target:
                 actor.step()

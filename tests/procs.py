@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 import psutil
 
@@ -94,6 +95,21 @@ def seconds_until_gone(token: str, since: float, timeout: float = 40.0) -> float
             return float("inf")
         time.sleep(0.2)
     return time.time() - since
+
+
+def interrupt(
+    proc: subprocess.Popen, token: str, send: Callable[[], None], timeout: float
+) -> tuple[str, float]:
+    """Calls `send()` (a signal to the program), waits at most `timeout` s for the
+    launcher to exit; returns (its output, seconds from the signal until no
+    process carries `token`). Whatever remains is killed."""
+    try:
+        send()
+        sent = time.time()
+        out, _ = proc.communicate(timeout=timeout)
+        return out, seconds_until_gone(token, sent)
+    finally:
+        kill_tree(proc, token)
 
 
 def kill_tree(proc: subprocess.Popen, token: str) -> None:

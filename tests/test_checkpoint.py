@@ -221,17 +221,11 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continues(tmp_path):
-    from tests.procs import kill_tree, seconds_until_gone, start_learning, start_train
+    from tests.procs import interrupt, kill_tree, start_learning, start_train
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, *_LONG_RUN, learner_steps=200)
-    try:
-        proc.send_signal(signal.SIGTERM)
-        sent = time.time()
-        out, _ = proc.communicate(timeout=60)
-        gone_in = seconds_until_gone(token, sent)
-    finally:
-        kill_tree(proc, token)
+    out, gone_in = interrupt(proc, token, lambda: proc.send_signal(signal.SIGTERM), 60)
     assert gone_in < 30, out[-3000:]
     assert "checkpoint (stop)" in out, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
@@ -283,18 +277,12 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
 @pytest.mark.timeout(240)
 def test_sigkill_of_an_actor_stops_the_program_in_order_with_a_checkpoint(tmp_path):
     from apex.heartbeat import read_heartbeats
-    from tests.procs import kill_tree, seconds_until_gone, start_learning
+    from tests.procs import interrupt, start_learning
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, "--config.stop.max_wall_seconds=300")
-    try:
-        pid = read_heartbeats(run_dir)["actor_1"]["pid"]
-        os.kill(pid, signal.SIGKILL)
-        killed = time.time()
-        out, _ = proc.communicate(timeout=90)
-        gone_in = seconds_until_gone(token, killed)
-    finally:
-        kill_tree(proc, token)
+    pid = read_heartbeats(run_dir)["actor_1"]["pid"]
+    out, gone_in = interrupt(proc, token, lambda: os.kill(pid, signal.SIGKILL), 90)
     assert proc.returncode == 1, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
@@ -328,17 +316,11 @@ def test_sigkill_of_the_launcher_leaves_no_orphan_and_a_final_checkpoint(tmp_pat
 @pytest.mark.timeout(180)
 def test_ctrl_c_to_the_process_group_writes_a_final_checkpoint_and_exits_0(tmp_path):
     """What a terminal's Ctrl-C does: SIGINT to the launcher and every node at once."""
-    from tests.procs import kill_tree, seconds_until_gone, start_learning
+    from tests.procs import interrupt, start_learning
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, *_LONG_RUN, new_session=True)
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        sent = time.time()
-        out, _ = proc.communicate(timeout=60)
-        gone_in = seconds_until_gone(token, sent)
-    finally:
-        kill_tree(proc, token)
+    out, gone_in = interrupt(proc, token, lambda: os.killpg(proc.pid, signal.SIGINT), 60)
     assert proc.returncode == 0, out[-3000:]
     assert gone_in < 30
     with open(os.path.join(run_dir, "summary.json")) as f:

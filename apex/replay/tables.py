@@ -59,22 +59,17 @@ def pack_transitions(
     batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
 ) -> dict[str, np.ndarray]:
     """Rows of `batch` (NStepAccumulator.add's output) as the three stored columns."""
+    fields = {**batch, "epsilon": epsilons, "actor": actor, "slot": slots, "insert_time": now}
+    out = {"obs_pair": np.stack([batch["obs"], batch["next_obs"]], axis=1)}
     n = len(batch["action"])
-    scalars = np.empty((n, len(TRANSITION_SCALARS)), np.float32)
-    scalars[:, 0] = batch["action"]
-    scalars[:, 1] = batch["reward"]
-    scalars[:, 2] = batch["discount"]
-    scalars[:, 3] = epsilons
-    provenance = np.empty((n, len(TRANSITION_PROVENANCE)), np.float64)
-    provenance[:, 0] = actor
-    provenance[:, 1] = slots
-    provenance[:, 2] = batch["version"]
-    provenance[:, 3] = now
-    return {
-        "obs_pair": np.stack([batch["obs"], batch["next_obs"]], axis=1),
-        "scalars": scalars,
-        "provenance": provenance,
-    }
+    for column, names, dtype in (
+        ("scalars", TRANSITION_SCALARS, np.float32),
+        ("provenance", TRANSITION_PROVENANCE, np.float64),
+    ):
+        out[column] = np.empty((n, len(names)), dtype)
+        for i, name in enumerate(names):
+            out[column][:, i] = fields[name]
+    return out
 
 
 def unpack_item(data: dict) -> dict:
