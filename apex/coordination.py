@@ -1,4 +1,13 @@
-"""The coordinator: counts, stops the program, prints progress, writes summary.json."""
+"""The coordinator: the program's control plane. It counts, receives every
+node's beats and decides liveness and "finished" from them, writes the run
+directory's files for the nodes that cannot (metrics of remote nodes,
+heartbeats, state.json, replay_address, summary.json), prints progress and
+stops the program.
+
+Every call a node makes to it is an RPC with a bounded timeout (courier),
+so a node on another host, with no access to the run directory, takes part
+in a run, a stop and a resume.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +21,11 @@ from typing import Any
 
 from apex.config import ApexConfig
 from apex.doctor import diagnose
-from apex.heartbeat import read_heartbeats
+from apex.heartbeat import HOST, HeartbeatStore
 from apex.jsonio import write_json_atomic
 from apex.metrics import MetricsWriter
 from apex.replay.inspect import stats_from_server_info
-from apex.supervision import node_finished
+from apex.supervision import death_message
 
 SUMMARY_KEYS = (
     "env_steps",
@@ -47,6 +56,10 @@ class Coordinator:
       start_time: unix time of the launch (wall_seconds count from it).
       replay_client: a reverb.Client of the replay server (None: no replay stats).
       stop_program: called once when a stop criterion is reached.
+      metrics: the coordinator's own metrics rows.
+      out: where progress lines go (default stdout).
+      silent_after: seconds without a beat after which a node on another host
+        counts as gone (a node on this host is gone when its process is).
     """
 
     def __init__(
@@ -58,6 +71,7 @@ class Coordinator:
         stop_program: Callable[[], None] | None = None,
         metrics: MetricsWriter | None = None,
         out: Any = None,
+        silent_after: float = 60.0,
     ):
         self._config = config
         self._run_dir = run_dir
@@ -87,6 +101,46 @@ class Coordinator:
         self._checkpoint_event = threading.Event()
         self._resumed_from: str | None = None
         self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
+        self.heartbeats = HeartbeatStore(run_dir, silent_after=silent_after)
+        self._node_metrics: dict[str, MetricsWriter] = {}
+        if run_dir and replay_client is not None:
+            # For tools: python -m tools.replay stats --run_dir=RUN_DIR finds the live server.
+            address = getattr(replay_client, "server_address", None)
+            if address:
+                with open(os.path.join(run_dir, "replay_address"), "w") as f:
+                    f.write(address + "\n")
+
+    # --------------------------------------------------------- control plane
+    def heartbeat(self, beat: dict[str, Any]) -> None:
+        """A node's beat (RPC): recorded, and written to RUN_DIR/heartbeats for tools."""
+        self.heartbeats.record(beat)
+
+    def node_finished(self, node: str) -> bool | None:
+        """Whether `node` stopped or is gone (None: it never sent a beat)."""
+        return self.heartbeats.finished(node)
+
+    def nodes_finished(self, prefix: str) -> bool:
+        """Whether every node named `prefix`... has stopped or is gone."""
+        return self.heartbeats.all_finished(prefix)
+
+    def write_metrics(self, component: str, step_key: str, row: dict[str, Any]) -> None:
+        """A metrics row of a node that does not write the run directory itself (RPC)."""
+        with self._lock:
+            writer = self._node_metrics.get(component)
+            if writer is None:
+                writer = MetricsWriter(
+                    self._run_dir,
+                    component,
+                    step_key=step_key,
+                    tensorboard=self._config.logging.tensorboard,
+                )
+                self._node_metrics[component] = writer
+        writer.write(row)
+
+    def close(self) -> None:
+        """Closes the metrics files of remote nodes."""
+        for writer in self._node_metrics.values():
+            writer.close()
 
     # ------------------------------------------------------- checkpointing
     def checkpoint_state(self) -> dict[str, Any]:
@@ -160,17 +214,24 @@ class Coordinator:
 
     def report_failure(self, node: str, message: str) -> None:
         """A node gave up (e.g. an actor past actor.max_restarts): stop the program."""
+        self.report_failure_text(f"{node}: {message}")
+
+    def report_failure_text(self, failure: str) -> None:
         with self._lock:
-            self._failure = f"{node}: {message}"
+            if self._failure is None:  # the first failure is the likely cause
+                self._failure = failure
 
     def report_learner(
         self, steps: int, first_step_time: float | None, row: dict[str, Any]
-    ) -> None:
+    ) -> dict[str, Any]:
+        """The learner's counters; returns the run's counters (what a run checkpoint
+        keeps), which the learner holds for a checkpoint after this node is gone."""
         with self._lock:
             self._learner_steps = int(steps)
             if first_step_time is not None and self._learner_first_step is None:
                 self._learner_first_step = float(first_step_time)
             self._learner_row = dict(row)
+        return self.checkpoint_state()
 
     def report_eval(self, return_mean: float, version: int, returns: list[float]) -> None:
         now = time.time()
@@ -317,6 +378,7 @@ class Coordinator:
                 self._write_metrics(rates)
                 self._write_state()
                 self.check_health(now)
+                self.check_nodes(now)
             if lc.progress_period_seconds and now - last_progress >= lc.progress_period_seconds:
                 print(self.progress_line(rates), file=self._out, flush=True)
                 last_progress = now
@@ -355,16 +417,33 @@ class Coordinator:
 
     def _learner_gone(self) -> bool:
         """The learner finished or died without (another) checkpoint: stop waiting."""
-        return bool(self._run_dir) and node_finished(self._run_dir, "learner") is True
+        return self.heartbeats.finished("learner") is True
+
+    def check_nodes(self, now: float | None = None) -> str | None:
+        """Records a failure (the program then stops with 'node failed') when a node is
+        gone without having stopped; returns the failure."""
+        dead = self.heartbeats.dead(now)
+        if not dead or self._failure is not None:
+            return None
+        names = []
+        for beat in dead:
+            if beat.get("host") not in (None, HOST):
+                names.append(
+                    f"{beat['node']} on {beat['host']} (pid {beat.get('pid')}) sent no heartbeat "
+                    f"for {self.heartbeats.silent_after:.0f} s (its process or host is gone)"
+                )
+            else:
+                names.append(death_message(beat["node"], int(beat.get("pid") or 0)))
+        failure = names[0] + ("; then " + ", ".join(names[1:]) if names[1:] else "")
+        self.report_failure_text(failure)
+        return failure
 
     def check_health(self, now: float | None = None) -> list[Any]:
         """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""
-        if not self._run_dir:
-            return []
         now = time.time() if now is None else now
         table = self._table_stats[0] if self._table_stats else None
         self.findings = diagnose(
-            read_heartbeats(self._run_dir), table, self._config.logging.stall_seconds, now
+            self.heartbeats.beats(), table, self._config.logging.stall_seconds, now
         )
         active = set()
         for f in self.findings:
@@ -374,8 +453,9 @@ class Coordinator:
                 self._reported[key] = now
                 line = f"[apex doctor] {f}"
                 print(line, file=self._out, flush=True)
-                with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
-                    log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+                if self._run_dir:
+                    with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
+                        log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
         self._reported = {k: v for k, v in self._reported.items() if k in active}
         return self.findings
 

@@ -1,14 +1,18 @@
 """Heartbeats: every node says, once a period, that it lives and what it waits on.
 
-Each node process rewrites RUN_DIR/heartbeats/<node>.json atomically from a
-daemon thread: pid, time, its current state and since when, its counters and
-their rate. The hot loop only records state changes (two attribute writes), so
-the cost is one small file write per node per period. `apex.doctor` turns
-heartbeats plus the replay's rate-limiter numbers into named reasons;
-`python -m tools.status RUN_DIR` prints them.
+Each node sends a beat from a daemon thread: host, pid, time, its current
+state and since when, its counters and their rate. The hot loop only records
+state changes (two attribute writes). Beats go to a sink: in a program, the
+coordinator's `heartbeat` RPC (so a node on another host, with no access to
+the run directory, takes part); the coordinator keeps them in a
+`HeartbeatStore`, which decides liveness and "finished" from them and also
+rewrites RUN_DIR/heartbeats/<node>.json for people and tools (`apex.doctor`,
+`python -m tools.status RUN_DIR`). Nothing reads those files to decide what a
+node does.
 
-Each node process also registers SIGUSR1 to dump every thread's stack to
-RUN_DIR/stacks/<node>-<pid>.txt (`python -m tools.status RUN_DIR --stacks`).
+A node process on the run directory's host also registers SIGUSR1 to dump
+every thread's stack to RUN_DIR/stacks/<node>-<pid>.txt (`python -m
+tools.status RUN_DIR --stacks`); elsewhere the stacks go to its stderr (its log).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import faulthandler
 import json
 import os
 import signal
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,20 +44,32 @@ IDLE = "idle"
 STOPPED = "stopped"
 
 
+HOST = socket.gethostname()
+
+# A beat is sent to a sink: a callable taking the beat (dict). A sink may
+# return a future (a courier `futures` call); the last beat at close() is
+# waited for, at most FINAL_BEAT_TIMEOUT_SECONDS.
+Sink = Callable[[dict[str, Any]], Any]
+FINAL_BEAT_TIMEOUT_SECONDS = 5.0
+
+
 class Heartbeat:
-    """Writes RUN_DIR/heartbeats/<node>.json every `period` seconds.
+    """Sends the node's beat to `sink` every `period` seconds, from a daemon thread.
 
     Args:
-      run_dir: the run directory ('' : nothing is written, `enter` still works).
+      sink: where beats go: a callable (e.g. the coordinator's `heartbeat`
+        RPC through courier futures), a HeartbeatStore, or a run directory
+        (str: its heartbeat files are written directly); None or '' : beats
+        are not sent, `enter` still works.
       node: the node's name, e.g. 'learner' or 'actor_0'.
-      period: seconds between writes (0: never write).
+      period: seconds between beats (0: never send).
       counters: returns the node's counters, e.g. {'env_steps': 123}; the first
         one's rate per second is reported as `rate`.
     """
 
     def __init__(
         self,
-        run_dir: str | None,
+        sink: Sink | HeartbeatStore | str | None,
         node: str,
         period: float = 1.0,
         counters: Callable[[], dict[str, float]] | None = None,
@@ -60,15 +78,16 @@ class Heartbeat:
         self.state = STARTING
         self.since = time.time()
         self._counters = counters or (lambda: {})
-        self._path = (
-            os.path.join(run_dir, HEARTBEAT_DIR, f"{node}.json") if run_dir and period > 0 else None
-        )
+        if isinstance(sink, str):
+            sink = HeartbeatStore(sink) if sink else None
+        if isinstance(sink, HeartbeatStore):
+            sink = sink.record
+        self._sink: Sink | None = sink if period > 0 else None
         self._period = float(period)
         self._stop = threading.Event()
         self._last: tuple[float, float] | None = None
-        if self._path is not None:
-            os.makedirs(os.path.dirname(self._path), exist_ok=True)
-            self.beat()
+        if self._sink is not None:
+            self._send()
             threading.Thread(target=self._loop, name=f"heartbeat-{node}", daemon=True).start()
 
     def enter(self, state: str) -> None:
@@ -91,6 +110,7 @@ class Heartbeat:
             self._last = (now, first)
         data = {
             "node": self.node,
+            "host": HOST,
             "pid": os.getpid(),
             **memory_mb(),
             "time": now,
@@ -101,22 +121,106 @@ class Heartbeat:
             "rate_per_second": rate,
             "period_seconds": self._period,
         }
-        if self._path is not None:
-            write_json_atomic(self._path, data)
         return data
+
+    def _send(self) -> Any:
+        return self._sink(self.beat()) if self._sink is not None else None
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period):
             try:
-                self.beat()
+                self._send()
             except OSError:  # the run directory went away (e.g. a test's tmpdir): stop beating
                 return
+            except Exception:  # noqa: BLE001 - a missed beat is what the receiver watches for
+                continue
 
     def close(self) -> None:
+        """Sends the final 'stopped' beat and waits (bounded) until it is delivered."""
         self.enter(STOPPED)
         self._stop.set()
-        if self._path is not None:
-            self.beat()
+        try:
+            result = self._send()
+            if hasattr(result, "result"):
+                result.result(timeout=FINAL_BEAT_TIMEOUT_SECONDS)
+        except Exception:  # noqa: BLE001 - the receiver is gone: nobody waits for this node
+            pass
+
+
+class HeartbeatStore:
+    """The receiving end: the last beat of every node, what it says about each
+    node, and (with a run directory) RUN_DIR/heartbeats/<node>.json for tools.
+
+    Thread-safe: courier serves `record` on many threads.
+
+    Args:
+      run_dir: where heartbeat files go ('' or None: kept in memory only).
+      silent_after: seconds without a beat after which a node on another host
+        (whose process this host cannot look at) counts as gone.
+    """
+
+    def __init__(self, run_dir: str | None = None, silent_after: float = 60.0):
+        self._dir = os.path.join(run_dir, HEARTBEAT_DIR) if run_dir else None
+        self.silent_after = float(silent_after)
+        self._beats: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        if self._dir is not None:
+            os.makedirs(self._dir, exist_ok=True)
+
+    def record(self, beat: dict[str, Any]) -> None:
+        beat = dict(beat, received=time.time())
+        with self._lock:
+            self._beats[beat["node"]] = beat
+        if self._dir is not None:
+            write_json_atomic(os.path.join(self._dir, f"{beat['node']}.json"), beat)
+
+    def beats(self) -> dict[str, dict[str, Any]]:
+        """A copy of every node's last beat (what the doctor reads)."""
+        with self._lock:
+            return {k: dict(v) for k, v in self._beats.items()}
+
+    def gone(self, beat: dict[str, Any], now: float | None = None) -> bool:
+        """Whether the node of `beat` no longer runs: its process on this host is
+        gone, or (on another host) it has been silent for `silent_after` s."""
+        if beat.get("host", HOST) == HOST:
+            return not pid_alive(int(beat.get("pid") or 0))
+        now = time.time() if now is None else now
+        return now - float(beat.get("received", beat.get("time", now))) > self.silent_after
+
+    def finished(self, node: str) -> bool | None:
+        """Whether `node` is done: its last beat says 'stopped' or it is gone
+        (None: it never sent a beat)."""
+        beat = self.beats().get(node)
+        if beat is None:
+            return None
+        return beat.get("state") == STOPPED or self.gone(beat)
+
+    def all_finished(self, prefix: str) -> bool:
+        """Whether every node whose name starts with `prefix` is finished."""
+        return all(self.finished(n) is not False for n in self.beats() if n.startswith(prefix))
+
+    def dead(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The beats of nodes that are gone without having stopped, the one whose
+        beats stopped first (the likely cause) first."""
+        out = [b for b in self.beats().values() if b.get("state") != STOPPED and self.gone(b, now)]
+        return sorted(out, key=lambda b: float(b.get("time") or 0.0))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host runs (a zombie does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists (another user's)
+        return True
+    try:  # a zombie (exited, not yet reaped) is dead for us
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def memory_mb() -> dict[str, float]:
@@ -137,15 +241,18 @@ _stack_file: Any = None
 
 
 def register_stack_dump(run_dir: str | None, node: str) -> str | None:
-    """SIGUSR1 dumps every thread's stack of this process to RUN_DIR/stacks/<node>-<pid>.txt.
+    """SIGUSR1 dumps every thread's stack of this process to RUN_DIR/stacks/<node>-<pid>.txt
+    (no run_dir: to stderr, i.e. the node's log).
 
     Once per process: colocated nodes share the first caller's file. Returns its path.
     """
     global _stack_file
-    if not run_dir:
-        return None
     if _stack_file is not None:
-        return _stack_file.name
+        return getattr(_stack_file, "name", None)
+    if not run_dir:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+        _stack_file = sys.stderr
+        return None
     path = os.path.join(run_dir, STACKS_DIR, f"{node}-{os.getpid()}.txt")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     f = open(path, "a")  # noqa: SIM115 - must stay open for the signal handler

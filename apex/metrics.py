@@ -73,8 +73,8 @@ class MetricsWriter:
     def write(self, row: dict[str, Any]) -> None:
         if self._file is None:
             return
-        now = time.time()
-        data = {"time": now, **{k: _clean(v) for k, v in row.items()}}
+        now = float(row.get("time") or time.time())  # a remote node's row keeps its time
+        data = {"time": now, **{k: _clean(v) for k, v in row.items() if k != "time"}}
         if self._step_key is not None and isinstance(data.get(self._step_key), numbers.Number):
             self._step = int(data[self._step_key])
         scalars = [
@@ -100,6 +100,37 @@ class MetricsWriter:
             if self._events is not None:
                 self._events.close()
             self._file = self._csv_file = self._csv = self._events = None
+
+
+class RemoteMetrics:
+    """The metrics rows of a node that does not write the run directory (an actor,
+    possibly on another host): each row goes to the coordinator's
+    `write_metrics` RPC (courier futures: never blocks the node), which writes
+    it with a MetricsWriter of its own.
+
+    Args:
+      coordinator: a courier client of the coordinator (or the Coordinator itself).
+      name: the component, e.g. 'actor_0'.
+      step_key: as MetricsWriter's.
+    """
+
+    def __init__(self, coordinator: Any, name: str, step_key: str | None = None):
+        self.name = name
+        self._step_key = step_key
+        futures = getattr(coordinator, "futures", None)
+        self._send = (futures or coordinator).write_metrics
+        self.rows_sent = 0
+
+    def write(self, row: dict[str, Any]) -> None:
+        data = {"time": time.time(), **{k: _clean(v) for k, v in row.items()}}
+        try:
+            self._send(self.name, self._step_key, data)
+            self.rows_sent += 1
+        except Exception:  # noqa: BLE001 - metrics are best effort; the node goes on
+            pass
+
+    def close(self) -> None:
+        pass
 
 
 def _event(wall_time: float, step: int, scalars: list[tuple[str, float]]):

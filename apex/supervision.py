@@ -1,57 +1,51 @@
-"""The launcher's view of its node processes: which died without stopping.
+"""The launcher's watch on the coordinator.
 
-Launchpad's local_mp launcher cannot see how a node process ended (it watches
-them through a wrapper process and assumes a clean exit), so a node killed by
-SIGKILL or the OOM killer would leave the program running without it. Every
-node's heartbeat names its pid; a heartbeat that is not 'stopped' whose
-process is gone is a node that died.
+The coordinator watches every other node: their beats reach it over RPC
+(apex.heartbeat.HeartbeatStore), and a node that is gone without stopping
+stops the program with "node failed". The coordinator itself cannot report
+its own death: the launcher, which runs on the coordinator's host (the host of
+the run directory), watches the coordinator's process through the beat the
+coordinator records for itself. Launchpad's local_mp launcher cannot see how a
+node process ended (it watches them through a wrapper process and assumes a
+clean exit), so without this a SIGKILLed coordinator would leave the program
+running without it.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from apex import heartbeat as hb
+from apex.heartbeat import pid_alive  # noqa: F401 - re-exported for tools and bench
+
+WATCHED_BY_LAUNCHER = ("coordinator",)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists (another user's)
-        return True
-    try:  # a zombie (exited, not yet reaped) is dead for us
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def node_finished(run_dir: str, node: str) -> bool | None:
-    """Whether `node` is done: its heartbeat says 'stopped' or its process is gone
-    (None: it has no heartbeat)."""
-    beat = hb.read_heartbeats(run_dir).get(node)
-    if beat is None:
-        return None
-    return beat.get("state") == hb.STOPPED or not pid_alive(int(beat.get("pid") or 0))
-
-
-def dead_nodes(run_dir: str) -> list[tuple[str, int]]:
-    """(node, pid) of every node whose heartbeat is not 'stopped' and whose process
-    is gone, the one whose heartbeat stopped first (the likely cause) first."""
+def dead_nodes(run_dir: str, nodes: Sequence[str] = WATCHED_BY_LAUNCHER) -> list[tuple[str, int]]:
+    """(node, pid) of each of `nodes` (on this host) whose last beat is not 'stopped'
+    and whose process is gone."""
     out = []
     for node, beat in hb.read_heartbeats(run_dir).items():
         pid = int(beat.get("pid") or 0)
-        if pid > 0 and beat.get("state") != hb.STOPPED and not pid_alive(pid):
+        on_this_host = beat.get("host", hb.HOST) == hb.HOST
+        if (
+            node in nodes
+            and on_this_host
+            and beat.get("state") != hb.STOPPED
+            and not pid_alive(pid)
+        ):
             out.append((float(beat.get("time") or 0.0), node, pid))
     return [(node, pid) for _, node, pid in sorted(out)]
 
 
+def death_message(node: str, pid: int) -> str:
+    """How a node that died without stopping is named in summary.json's `failure`."""
+    return f"{node} (pid {pid}) exited without stopping (killed, e.g. SIGKILL or out of memory)"
+
+
 class NodeMonitor:
-    """Calls `on_death(message)` once when a node process dies without stopping.
+    """Calls `on_death(message)` once when a watched node's process dies without stopping.
 
     Runs on a daemon thread until `stopping()` is true (a stop in progress kills
     slow nodes on purpose) or a death was reported.
@@ -63,8 +57,10 @@ class NodeMonitor:
         on_death: Callable[[str], None],
         stopping: Callable[[], bool],
         period: float = 1.0,
+        nodes: Sequence[str] = WATCHED_BY_LAUNCHER,
     ):
         self._run_dir = run_dir
+        self._nodes = tuple(nodes)
         self._on_death = on_death
         self._stopping = stopping
         self._period = period
@@ -80,13 +76,10 @@ class NodeMonitor:
         while not stop.wait(self._period):
             if self._stopping():
                 return
-            dead = dead_nodes(self._run_dir)
+            dead = dead_nodes(self._run_dir, self._nodes)
             if dead and not self._stopping():
                 (first, pid), rest = dead[0], dead[1:]
-                self.failure = (
-                    f"{first} (pid {pid}) exited without stopping (killed, e.g. SIGKILL or "
-                    "out of memory)"
-                )
+                self.failure = death_message(first, pid)
                 if rest:
                     self.failure += "; then " + ", ".join(f"{n} (pid {p})" for n, p in rest)
                 self._on_death(self.failure)

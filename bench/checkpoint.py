@@ -36,7 +36,7 @@ def size_bench(args) -> None:
     import reverb
 
     from apex import checkpointing
-    from apex.agents.dqn.learning import DQNLearner
+    from apex.learner import Learner
     from apex.config import ApexConfig
     from apex.envs import env_spec
     from apex.replay.tables import TRANSITIONS_TABLE, make_tables
@@ -59,7 +59,7 @@ def size_bench(args) -> None:
         client = reverb.Client(address)
         fill = fill_transitions(client, n)
         print(f"filled {n:,} items in {fill:.1f} s", flush=True)
-        learner = DQNLearner(c, spec, address)
+        learner = Learner(c, spec, address)
         saver = checkpointing.RunCheckpointer(
             run_dir,
             checkpointing.make_manifest(c, learner.signature, learner.network_shapes()),
@@ -85,7 +85,7 @@ def size_bench(args) -> None:
         )
         restored = reverb.Client(f"localhost:{server2.port}").server_info()[TRANSITIONS_TABLE]
         t_replay = time.time() - t0
-        learner2 = DQNLearner(c, spec, f"localhost:{server2.port}")
+        learner2 = Learner(c, spec, f"localhost:{server2.port}")
         t0 = time.time()
         learner2.set_state(loaded.learner)
         t_learner = time.time() - t0

@@ -8,9 +8,9 @@ r"""Component benchmark: each hot part of apex next to its bound, measured in on
 | inserting | legacy reverb Writer, constant items, server in another process | TransitionWriter.write of real batches, same server |
 | actor process | raw env loop | VectorActor + TransitionWriter into that server |
 | actor process | env + insert floor: the raw loop plus one constant item per env step through the same writer (no inference, no n-step) | VectorActor + TransitionWriter |
-| learning | the learner's SGD step on a constant batch (no Reverb) | DQNLearner.step fed by an in-process Reverb table |
+| learning | the learner's SGD step on a constant batch (no Reverb) | Learner.step fed by an in-process Reverb table |
 | sampling | the learner's prefetching dataset drawn alone (no SGD) | transitions the Reverb-fed learner trains on per second |
-| learning | 2-core ceiling: cpus / (CPU s per SGD step + CPU s per sampled batch), each measured alone, capped at the constant-input rate | DQNLearner.step fed by Reverb |
+| learning | 2-core ceiling: cpus / (CPU s per SGD step + CPU s per sampled batch), each measured alone, capped at the constant-input rate | Learner.step fed by Reverb |
 | priority updates | - | mutate_priorities of one batch of keys, median ms |
 
 Prints medians over --repeats and ratios, and writes
@@ -143,7 +143,7 @@ def main() -> None:
     import tensorflow as tf
 
     from apex.agents.dqn.acting import VectorActor
-    from apex.agents.dqn.learning import DQNLearner
+    from apex.learner import Learner
     from apex.envs import env_spec, make_env
     from apex.replay.tables import TRANSITIONS_TABLE
     from apex.replay.writer import TransitionWriter
@@ -240,7 +240,7 @@ def main() -> None:
         actor = VectorActor(lcfg, 0, _Weights(lcfg), tw)
         while actor.items_written < 30_000:
             actor.step()
-    learner = DQNLearner(lcfg, spec, laddr)
+    learner = Learner(lcfg, spec, laddr)
     learner.start_priority_updates()
     learner.step()  # makes its iterator
     sample = next(learner._iterator)

@@ -44,7 +44,7 @@ _TERMINAL = flags.DEFINE_enum(
     "terminal",
     "current_terminal",
     ["current_terminal", "output_to_files"],
-    "Where local_mp node output goes (output_to_files: $LAUNCHPAD_LOGGING_DIR).",
+    "Where local_mp node output goes (output_to_files: one file per node in RUN_DIR/logs).",
 )
 
 _RESUME = flags.DEFINE_bool(
@@ -183,11 +183,13 @@ def main(argv: list[str]) -> int:
         netns.loopback_up()
         print(f"[apex] isolated network namespace: interfaces {netns.interfaces()}", flush=True)
 
+    from apex.ports import check_port_free
     from apex.run_dir import default_run_dir, prepare_run_dir
+    from launch import nodes
     from launch import program as program_lib
 
     if config.replay.port is not None:  # before anything is written
-        program_lib.check_port_free("replay.port", config.replay.port)
+        check_port_free("replay.port", config.replay.port)
     run_dir = os.path.abspath(config.run_dir or default_run_dir(_CONFIG.value))
     try:
         resume = resume_checkpoint(config, run_dir, _RESUME.value)
@@ -223,8 +225,11 @@ def main(argv: list[str]) -> int:
     print(f"[apex] replay: {apex_config.rate_limit_plan(config)}", flush=True)
     monitor = None
     if launch_type == "local_mp":
-        os.environ.setdefault("LAUNCHPAD_LOGGING_DIR", os.path.join(run_dir, "logs"))
-        os.environ[program_lib.LAUNCHER_PID_ENV] = str(os.getpid())
+        if _TERMINAL.value == "output_to_files":
+            from apex import compat
+
+            compat.set_output_to_files_dir(os.path.join(run_dir, "logs"))
+        os.environ[nodes.LAUNCHER_PID_ENV] = str(os.getpid())
         manager = lp.launch(program, launch_type=launch_type, terminal=_TERMINAL.value)
         monitor = NodeMonitor(
             run_dir,
@@ -272,9 +277,9 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def run() -> None:
     # Launchpad's stop window (SIGTERM to SIGKILL): room for the final checkpoint.
-    from launch.program import LAUNCH_TERMINATION_SECONDS
+    from apex.lifecycle import STOP_WINDOW
 
-    flags.FLAGS.set_default("lp_termination_notice_secs", LAUNCH_TERMINATION_SECONDS)
+    flags.FLAGS.set_default("lp_termination_notice_secs", int(STOP_WINDOW.kill_seconds))
     try:
         app.run(main, flags_parser=parse_flags)
     except ConfigError as err:

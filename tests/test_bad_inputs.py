@@ -277,7 +277,7 @@ def test_unwritable_run_dir(sub, tmp_path):
 @pytest.mark.parametrize("field", [pytest.param("replay.port", id="replay_port_taken")])
 def test_port_taken(field):
     """make_program runs this check before it builds anything."""
-    from launch.program import check_port_free
+    from apex.ports import check_port_free
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))

@@ -103,19 +103,19 @@ def test_launch_refuses_a_run_dir_with_a_run_but_no_complete_checkpoint(tmp_path
 
 
 def test_learner_state_round_trips_exactly(reverb_server, small_config):
-    from apex.agents.dqn.learning import DQNLearner
+    from apex.learner import Learner
     from apex.envs import env_spec
 
     spec = env_spec(small_config.env)
     address = f"localhost:{reverb_server.port}"
-    a = DQNLearner(small_config, spec, address)
+    a = Learner(small_config, spec, address)
     rng = np.random.default_rng(0)
     for v in list(a._online.weights) + a._optimizer.m + a._optimizer.v:
         v.assign(rng.normal(size=v.shape).astype(np.float32))
     a._optimizer.iterations.assign(17)
     a.steps = 17
     state = a.get_state()
-    b = DQNLearner(small_config, spec, address)
+    b = Learner(small_config, spec, address)
     b.set_state(state)
     restored = b.get_state()
     assert sorted(restored) == sorted(state)
@@ -154,7 +154,9 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
     import launchpad as lp
     from absl.testing import absltest
 
-    from launch.program import ActorNode, CoordinatorNode, LearnerNode, find_nodes, make_program
+    from launch.nodes import ActorNode, CoordinatorNode, LearnerNode
+    from launch.program import make_program
+    from launch.testing import find_nodes
 
     c = small_config
     c.actor.num_actors = 2

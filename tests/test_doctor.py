@@ -94,7 +94,7 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
 
 
 def test_learner_waiting_for_samples_names_the_min_size(small_config, tmp_path):
-    from apex.agents.dqn.learning import DQNLearner
+    from apex.learner import Learner
 
     run_dir = str(tmp_path)
     c = small_config
@@ -102,7 +102,7 @@ def test_learner_waiting_for_samples_names_the_min_size(small_config, tmp_path):
     server = reverb.Server(make_tables(c, env_spec(c.env)))
     address = f"localhost:{server.port}"
     beat = hb.Heartbeat(run_dir, "learner", period=0.2)
-    learner = DQNLearner(c, env_spec(c.env), address, heartbeat=beat)
+    learner = Learner(c, env_spec(c.env), address, heartbeat=beat)
     stop = threading.Event()
     learner._should_stop = stop.is_set  # the step gives up at the next sampling timeout
     threading.Thread(target=lambda: _step_quietly(learner), daemon=True).start()

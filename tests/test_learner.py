@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import reverb
 
-from apex.agents.dqn.learning import DQNLearner
+from apex.learner import Learner
 from apex.envs import env_spec
 from apex.replay.tables import TRANSITIONS_TABLE
 from apex.replay.writer import TransitionWriter
@@ -37,7 +37,7 @@ class _Weights:
 def test_learner_steps_update_priorities_and_versions(reverb_server, small_config):
     address = f"localhost:{reverb_server.port}"
     client = fill(address, small_config, 400)
-    learner = DQNLearner(small_config, env_spec(small_config.env), address)
+    learner = Learner(small_config, env_spec(small_config.env), address)
     learner.start_priority_updates()
     v0, w0, _ = learner.get_variables()
     assert v0 == 0
@@ -70,7 +70,7 @@ def test_learner_steps_update_priorities_and_versions(reverb_server, small_confi
 def test_policy_lag_is_reported_for_sampled_batches(reverb_server, small_config):
     address = f"localhost:{reverb_server.port}"
     fill(address, small_config, 200)
-    learner = DQNLearner(small_config, env_spec(small_config.env), address)
+    learner = Learner(small_config, env_spec(small_config.env), address)
     for _ in range(3):
         learner.step()
     row = learner.report(0.0, None)

@@ -35,7 +35,9 @@ class ProgramTest(absltest.TestCase):
         import launchpad as lp
 
         from apex.replay.tables import item_signature, table_name
-        from launch.program import LearnerNode, find_nodes, make_program
+        from launch.nodes import LearnerNode
+        from launch.program import make_program
+        from launch.testing import find_nodes
 
         c = _small(agent)
         table = table_name(c)

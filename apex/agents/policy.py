@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from apex.agents import layers
-from apex.agents.dqn.networks import QNetwork, numpy_q_values
-from apex.agents.r2d2.networks import RecurrentQNetwork, numpy_recurrent_step
+from apex.agents import get_builder, layers
+from apex.agents.dqn.networks import numpy_q_values
+from apex.agents.r2d2.networks import numpy_recurrent_step
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
 
@@ -22,26 +22,8 @@ State = tuple[np.ndarray, np.ndarray]
 
 
 def make_network(config: ApexConfig, spec: EnvSpec, seed: int = 0) -> tf.Module:
-    """The Q-network of `config`: QNetwork or RecurrentQNetwork."""
-    lc = config.learner
-    if config.agent == "r2d2":
-        return RecurrentQNetwork(
-            spec.observation_shape,
-            spec.num_actions,
-            lc.hidden_sizes,
-            config.r2d2.lstm_size,
-            dueling=lc.dueling,
-            seed=seed,
-            torso=lc.torso,
-        )
-    return QNetwork(
-        spec.observation_shape,
-        spec.num_actions,
-        lc.hidden_sizes,
-        dueling=lc.dueling,
-        seed=seed,
-        torso=lc.torso,
-    )
+    """The Q-network of `config`'s agent (its builder's make_network)."""
+    return get_builder(config).make_network(config, spec, seed=seed)
 
 
 class ActingPolicy:
@@ -51,7 +33,7 @@ class ActingPolicy:
     """
 
     def __init__(self, config: ApexConfig, spec: EnvSpec):
-        self.recurrent = config.agent == "r2d2"
+        self.recurrent = get_builder(config).recurrent
         self._dueling = config.learner.dueling
         self._lstm_size = config.r2d2.lstm_size
         self._num_torso = layers.num_torso_arrays(config.learner.torso, config.learner.hidden_sizes)

@@ -9,16 +9,16 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from apex.agents import get_builder
+from apex.agents.dqn.builder import TRANSITIONS_TABLE  # noqa: F401 - re-exported
+from apex.agents.r2d2.builder import SEQUENCES_TABLE  # noqa: F401 - re-exported
 from apex.config import ApexConfig, effective_error_buffer
 from apex.envs import EnvSpec
 
-TRANSITIONS_TABLE = "transitions"
-SEQUENCES_TABLE = "sequences"
-
 
 def table_name(config: ApexConfig) -> str:
-    """The table a program of `config` writes and samples."""
-    return SEQUENCES_TABLE if config.agent == "r2d2" else TRANSITIONS_TABLE
+    """The table a program of `config` writes and samples (its agent's builder's)."""
+    return get_builder(config).table
 
 
 def _provenance() -> dict[str, tf.TensorSpec]:
@@ -119,10 +119,8 @@ def sequence_signature(spec: EnvSpec, length: int, lstm_size: int) -> dict[str, 
 
 
 def item_signature(config: ApexConfig, spec: EnvSpec) -> dict[str, tf.TensorSpec]:
-    """The signature of the items of `config`'s table."""
-    if config.agent == "r2d2":
-        return sequence_signature(spec, config.r2d2.sequence_length, config.r2d2.lstm_size)
-    return transition_signature(spec)
+    """The signature of the items of `config`'s table (its agent's builder's)."""
+    return get_builder(config).item_signature(config, spec)
 
 
 def make_rate_limiter(config: ApexConfig) -> reverb.rate_limiters.RateLimiter:

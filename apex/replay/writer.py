@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import reverb
 import tree
-from reverb import pybind
 
+from apex import compat
 from apex.replay.tables import SEQUENCES_TABLE, TRANSITIONS_TABLE, pack_transitions
 
 # How items are written: one Reverb item per transition (or R2D2 sequence),
@@ -20,7 +20,8 @@ from apex.replay.tables import SEQUENCES_TABLE, TRANSITIONS_TABLE, pack_transiti
 # n-step logic stays in numpy (apex.replay.nstep).
 #
 # Why Reverb's C++ TrajectoryWriter called through reverb.pybind (private API
-# of the pinned dm-reverb 0.7.0; tests/test_replay.py covers it) and not one of Reverb's Python writers: acme's adders and the
+# of the pinned dm-reverb 0.7.0, reached in apex.compat; tests/test_compat.py
+# and tests/test_replay.py cover it) and not one of Reverb's Python writers: acme's adders and the
 # StructuredWriter insert every item at one fixed priority; the legacy Writer
 # writes each item to the gRPC stream on the caller's thread, one synchronous
 # write per item (28 us of an actor's 75 us per env step); the Python
@@ -67,10 +68,9 @@ class TransitionWriter:
         self._slot_offset = int(slot_offset)
         self._max_in_flight = int(max_in_flight_items)
         self._should_stop = should_stop or (lambda: False)
-        chunker = pybind.ConstantChunkerOptions(int(chunk_length), int(chunk_length))
         # The server's table signatures are fetched once (3 s at most) and every
         # item is checked against them before it is sent.
-        self._writer = client._client.NewTrajectoryWriter(chunker, 3000)  # noqa: SLF001
+        self._writer = compat.reverb_trajectory_writer(client, chunk_length, 3000)
         self.items_written = 0
         self.seconds_writing = 0.0
 

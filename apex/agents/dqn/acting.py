@@ -1,127 +1,23 @@
-"""The Ape-X actor: a vector of epsilon-greedy envs, one batched forward pass per step."""
+"""The Ape-X actor: n-step transitions with initial priorities from the actor's
+own Q-values (the bootstrap value comes from the same forward pass that picks
+the next action)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 
-from apex import heartbeat as hb
-from apex.agents.policy import ActingPolicy
-from apex.config import ApexConfig
-from apex.envs import make_env, spec_of, to_observation
-from apex.exploration import epsilon_bands, slot_epsilons
-from apex.metrics import MetricsWriter
+from apex.agents.acting import Actor
+from apex.envs import to_observation
 from apex.replay.nstep import NStepAccumulator
-from apex.replay.priorities import initial_priorities
-from apex.variables import VariableClient
 
 
-class VectorActor:
-    """Steps `envs_per_actor` envs, writes n-step transitions with initial priorities.
+class VectorActor(Actor):
+    """Steps `envs_per_actor` envs, writes n-step transitions (apex.agents.acting.Actor)."""
 
-    Args:
-      config: the program config.
-      actor_id: index of this actor (its slots are actor_id * E ... + E - 1).
-      variable_source: object with get_variables() -> (version, weights, info)
-        (a courier client of the learner, or the learner itself in tests).
-      writer: a TransitionWriter (or any object with write(batch, priorities)).
-      coordinator: optional courier client of the coordinator (reports counts).
-      metrics: optional MetricsWriter.
-      should_stop: checked while waiting for the first parameters.
-      heartbeat: optional Heartbeat; the actor marks the time it spends in inserts.
-    """
-
-    def __init__(
-        self,
-        config: ApexConfig,
-        actor_id: int,
-        variable_source: Any,
-        writer: Any,
-        coordinator: Any = None,
-        metrics: MetricsWriter | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        heartbeat: hb.Heartbeat | None = None,
-    ):
-        self._config = config
-        self._heartbeat = heartbeat
-        self.actor_id = actor_id
-        e = config.actor.envs_per_actor
-        self._num_envs = e
-        self._envs = [make_env(config.env, faults=True) for _ in range(e)]
-        self._epsilons = slot_epsilons(
-            actor_id,
-            e,
-            config.actor.num_actors,
-            config.actor.epsilon_base,
-            config.actor.epsilon_alpha,
-        )
-        self._rng = np.random.default_rng(config.seed + 7919 * (actor_id + 1))
-        self._acc = self._make_accumulator()
-        self._writer = writer
-        self._coordinator = coordinator
-        self._metrics = metrics
-        self._variables = VariableClient(
-            variable_source, config.actor.params_update_period, should_stop=should_stop
-        )
-        self._policy = ActingPolicy(config, spec_of(self._envs[0]))
-        self._num_actions = self._envs[0].action_space.n
-        obs = []
-        for j, env in enumerate(self._envs):
-            o, _ = env.reset(seed=config.seed + 1000 * actor_id + j)
-            env.action_space.seed(config.seed + 1000 * actor_id + j)
-            obs.append(to_observation(o))
-        self._obs = np.stack(obs)
-        self._q: np.ndarray | None = None
-        self._episode_return = np.zeros(e)
-        self.env_steps = 0
-        self.episodes = 0
-        self.items_written = 0
-        self.restarts = 0  # set by the node that restarted this actor after a failure
-        self._recent_returns: list[float] = []
-        self._bands = epsilon_bands(self._epsilons, config.logging.epsilon_bands)
-        self._band_returns: dict[int, list[float]] = {}
-        self._start_time = time.time()
-
-    @property
-    def epsilons(self) -> np.ndarray:
-        return self._epsilons
-
-    def _make_accumulator(self):
+    def _make_accumulator(self) -> NStepAccumulator:
         return NStepAccumulator(
             self._num_envs, self._config.replay.n_step, self._config.replay.discount
         )
-
-    def _sync_weights(self) -> bool:
-        """Loads newly arrived weights into the policy; True if it did."""
-        self._variables.maybe_update(self.env_steps)
-        if not self._variables.changed:
-            return False
-        self._policy.set_weights(self._variables.weights)
-        self._variables.changed = False
-        return True
-
-    def _forward(self, obs: np.ndarray) -> np.ndarray:
-        return self._policy(obs)[0]
-
-    def _write(self, batch: dict[str, np.ndarray], td: np.ndarray) -> int:
-        r = self._config.replay
-        prios = initial_priorities(
-            td,
-            r.insert_priority,
-            epsilon=r.priority_epsilon,
-            constant=r.constant_priority,
-            max_seen=self._variables.max_priority,
-        )
-        beat = self._heartbeat
-        if beat is not None:
-            beat.enter(hb.INSERTING)
-        self._writer.write(batch, prios)
-        if beat is not None:
-            beat.enter(hb.ACTING)
-        return len(prios)
 
     def step(self) -> int:
         """One vector step of every env; returns the number of transitions written."""
@@ -177,72 +73,3 @@ class VectorActor:
         self.env_steps += e
         self.items_written += written
         return written
-
-    def _end_episodes(self, rewards: np.ndarray, ended) -> None:
-        self._episode_return += rewards
-        for j in ended:
-            ret = float(self._episode_return[j])
-            self._recent_returns.append(ret)
-            self._band_returns.setdefault(int(self._bands[j]), []).append(ret)
-            self._episode_return[j] = 0.0
-            self.episodes += 1
-
-    def run(self, should_stop: Callable[[], bool], max_steps: int | None = None) -> None:
-        """Steps until `should_stop()` (checked every vector step) or max_steps env steps."""
-        period = self._config.actor.report_period_seconds
-        if not self.restarts:  # a restarted actor keeps its first start (rates stay right)
-            self._start_time = time.time()
-        last_report = time.time()
-        last_steps = self.env_steps
-        while not should_stop():
-            if max_steps is not None and self.env_steps >= max_steps:
-                break
-            self.step()
-            now = time.time()
-            if now - last_report >= period:
-                self._report(now, (self.env_steps - last_steps) / (now - last_report))
-                last_report, last_steps = now, self.env_steps
-        self._report(time.time(), None)
-
-    def _report(self, now: float, rate: float | None) -> None:
-        returns = self._recent_returns
-        self._recent_returns = []
-        band_returns, self._band_returns = self._band_returns, {}
-        row = {
-            "actor/env_steps": self.env_steps,
-            "actor/episodes": self.episodes,
-            "actor/items_inserted": self.items_written,
-            "actor/param_version": self._variables.version,
-            "actor/param_updates": self._variables.num_updates,
-            "actor/restarts": self.restarts,
-        }
-        writing = getattr(self._writer, "seconds_writing", None)
-        if writing is not None:
-            row["actor/insert_seconds"] = writing
-        if rate is not None:
-            row["actor/env_steps_per_second"] = rate
-        if returns:
-            row["actor/episode_return_mean"] = float(np.mean(returns))
-        for band, values in sorted(band_returns.items()):
-            row[f"actor/episode_return_band_{band}"] = float(np.mean(values))
-        if self._metrics is not None:
-            self._metrics.write(row)
-        if self._coordinator is not None:
-            try:
-                self._coordinator.futures.report_actor(
-                    self.actor_id, self.env_steps, self.episodes, returns, self._start_time
-                )
-            except Exception:  # noqa: BLE001 - reporting is best effort; acting goes on
-                pass
-
-    def resume_counts(self, previous: VectorActor) -> None:
-        """Continues the counters of the actor this one replaces after a failure."""
-        self.env_steps = previous.env_steps
-        self.episodes = previous.episodes
-        self.items_written = previous.items_written
-        self._start_time = previous._start_time
-
-    def close(self) -> None:
-        self._variables.close()
-        for env in self._envs:
-            env.close()

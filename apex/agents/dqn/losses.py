@@ -30,3 +30,21 @@ def double_q_td(
     bootstrap = tf.gather(q_t_target, best, batch_dims=1)
     target = tf.stop_gradient(reward + discount * bootstrap)
     return target - q_sa
+
+
+def dqn_loss(
+    online: tf.Module, target: tf.Module, data: dict, weights: tf.Tensor, huber_delta: float
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(loss, new priorities [B], mean Q) of a batch of n-step transitions.
+
+    The importance-weighted (`weights` [B]) mean Huber loss of the n-step
+    double-Q TD errors; the new priorities are |TD|.
+    """
+    q_tm1 = online(data["obs"])
+    q_t_online = online(data["next_obs"])
+    q_t_target = target(data["next_obs"])
+    td = double_q_td(
+        q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target
+    )
+    loss = tf.reduce_mean(weights * huber(td, huber_delta))
+    return loss, tf.abs(td), tf.reduce_mean(q_tm1)

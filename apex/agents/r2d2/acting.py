@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from apex.agents.dqn.acting import VectorActor
+from apex.agents.acting import Actor
 from apex.agents.r2d2.losses import sequence_priorities_np, sequence_td_np, train_mask_np
 from apex.envs import to_observation
 from apex.replay.sequences import SequenceAccumulator
 
 
-class RecurrentActor(VectorActor):
+class RecurrentActor(Actor):
     """Steps `envs_per_actor` envs with an LSTM policy; writes prioritized sequences.
 
-    Same arguments as VectorActor; `writer` is a SequenceWriter. Initial
+    Same arguments as apex.agents.acting.Actor; `writer` is a SequenceWriter. Initial
     priorities are computed here from the actor's own Q-values with R2D2's
     eta mixture (replay.insert_priority='actor_td').
     """
@@ -24,7 +24,7 @@ class RecurrentActor(VectorActor):
         self._state = self._policy.initial_state(self._num_envs)
         self._discount = float(self._config.replay.discount)
 
-    def _make_accumulator(self):
+    def _make_accumulator(self) -> SequenceAccumulator:
         q = self._config.r2d2
         return SequenceAccumulator(
             self._num_envs,

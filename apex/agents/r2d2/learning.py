@@ -3,14 +3,14 @@ with value rescaling over sequences, importance weights, target network,
 eta-mixed sequence priorities sent back asynchronously.
 
 Everything else (sampling, priority updates, the variable source, metrics,
-stopping, the SGD step itself) is the Ape-X learner's: this class only replaces `loss`.
+stopping, the SGD step itself) is the generic learner's (apex.learner): the
+R2D2 builder supplies `r2d2_loss`.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from apex.agents.dqn.learning import DQNLearner
 from apex.agents.r2d2.losses import sequence_priorities_tf, sequence_td_tf, train_mask_tf
 from apex.config import ApexConfig
 
@@ -51,15 +51,11 @@ def sequence_loss(online, target, data, weights: tf.Tensor, config: ApexConfig):
     return tf.reduce_mean(weights * per_seq), td, train, q
 
 
-class R2D2Learner(DQNLearner):
-    """Trains a RecurrentQNetwork on prioritized sequences sampled from Reverb
-    (see `sequence_loss`)."""
-
-    def loss(self, data, weights: tf.Tensor):
-        """(loss, eta-mixed sequence priorities [B], mean Q over trained steps)."""
-        loss, td, train, q = sequence_loss(self._online, self._target, data, weights, self._config)
-        priorities = sequence_priorities_tf(td, train, self._config.r2d2.priority_eta)
-        q_mean = tf.reduce_sum(tf.reduce_mean(q, axis=-1) * train) / tf.maximum(
-            tf.reduce_sum(train), 1.0
-        )
-        return loss, priorities, q_mean
+def r2d2_loss(online, target, data, weights: tf.Tensor, config: ApexConfig):
+    """(loss, eta-mixed sequence priorities [B], mean Q over trained steps) of a batch."""
+    loss, td, train, q = sequence_loss(online, target, data, weights, config)
+    priorities = sequence_priorities_tf(td, train, config.r2d2.priority_eta)
+    q_mean = tf.reduce_sum(tf.reduce_mean(q, axis=-1) * train) / tf.maximum(
+        tf.reduce_sum(train), 1.0
+    )
+    return loss, priorities, q_mean

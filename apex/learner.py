@@ -1,5 +1,7 @@
-"""The Ape-X DQN learner: double-Q, n-step, importance weights, target network,
-asynchronous priority updates; also the variable source of the actors."""
+"""The generic learner: prioritized sampling from Reverb, importance weights,
+the SGD step, target network, asynchronous priority updates, run checkpoints;
+also the variable source of the actors. The agent's builder supplies the
+network, the input transform and the loss (apex.agents.builder)."""
 
 from __future__ import annotations
 
@@ -14,24 +16,32 @@ import reverb
 import tensorflow as tf
 
 from apex import heartbeat as hb
-from apex.agents.dqn.losses import double_q_td, huber
-from apex.agents.dqn.optim import Adam
-from apex.agents.policy import make_network
+from apex.agents import get_builder
+from apex.agents.builder import AgentBuilder
+from apex.agents.optim import Adam
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
 from apex.exploration import epsilon_bands
 from apex.metrics import MetricsWriter
 from apex.replay.dataset import make_dataset
 from apex.replay.priorities import PriorityUpdater
-from apex.replay.tables import item_signature, table_name, unpack_transitions
 
 
-class DQNLearner:
-    """Trains a QNetwork on prioritized n-step transitions sampled from Reverb.
+class Learner:
+    """Trains the agent's Q-network on prioritized items sampled from Reverb.
 
     `step()` does one SGD step; `run(should_stop)` steps until asked to stop or
     until config.stop.max_learner_steps; `get_variables()` returns
     (version, weights, info) where version is the number of SGD steps done.
+
+    Args:
+      config: the program config.
+      spec: the env's spec (observation shape and dtype, actions).
+      replay_address: HOST:PORT of the Reverb server.
+      builder: the agent's parts (default: the builder of config.agent).
+      coordinator: a Reporter (apex.roles) the learner reports its counters to.
+      metrics: where the learner's metrics rows go.
+      heartbeat: the node's heartbeat (the learner marks when it waits on sampling).
     """
 
     def __init__(
@@ -39,22 +49,25 @@ class DQNLearner:
         config: ApexConfig,
         spec: EnvSpec,
         replay_address: str,
+        builder: AgentBuilder | None = None,
         coordinator: Any = None,
         metrics: MetricsWriter | None = None,
         heartbeat: hb.Heartbeat | None = None,
     ):
         self._config = config
+        self._builder = builder = builder or get_builder(config)
+        self._table = builder.table
         self._heartbeat = heartbeat
         lc = config.learner
-        self._online = make_network(config, spec, seed=lc.seed)
-        self._target = make_network(config, spec, seed=lc.seed)
+        self._online = builder.make_network(config, spec, seed=lc.seed)
+        self._target = builder.make_network(config, spec, seed=lc.seed)
         self._target.set_weights(self._online.get_weights())
         self._optimizer = Adam(
             list(self._online.weights), lc.learning_rate, epsilon=lc.adam_epsilon
         )
         self._address = replay_address
         self._client = reverb.Client(replay_address)
-        self._signature = item_signature(config, spec)
+        self._signature = builder.item_signature(config, spec)
         self._dataset = make_dataset(
             replay_address,
             self._signature,
@@ -62,10 +75,8 @@ class DQNLearner:
             num_workers=lc.num_sample_workers,
             prefetch=lc.prefetch_batches,
             in_flight_batches=lc.in_flight_batches,
-            table=table_name(config),
-            transform=None
-            if config.agent == "r2d2"
-            else functools.partial(unpack_transitions, xp=tf),
+            table=self._table,
+            transform=builder.input_transform(),
         )
         # Made on the first step: an iterator starts sampling (and counting
         # samples in the rate limiter) as soon as it exists.
@@ -73,7 +84,7 @@ class DQNLearner:
         self._sgd_fn: Any = None  # _sgd traced for self._sgd_iterator (see _run_sgd)
         self._sgd_iterator: Any = None
         self._updater = PriorityUpdater(
-            self._client, merge=lc.priority_update_period, table=table_name(config)
+            self._client, merge=lc.priority_update_period, table=self._table
         )
         self._coordinator = coordinator
         self._metrics = metrics
@@ -96,6 +107,7 @@ class DQNLearner:
         self._error: Exception | None = None
         self._should_stop: Callable[[], bool] | None = None
         self.checkpointer: Any = None  # apex.checkpointing.RunCheckpointer, set by the node
+        self.run_counters: dict[str, Any] = {}  # the coordinator's, as of the last report
         self._checkpoint_requests: list[tuple[str, threading.Event, list]] = []
 
     # ------------------------------------------------------------------ SGD
@@ -104,26 +116,14 @@ class DQNLearner:
         w = tf.pow(size * info.probability, -self._beta)
         return tf.cast(w / tf.reduce_max(w), tf.float32)
 
-    def loss(self, data, weights: tf.Tensor):
-        """(loss, new priorities [B], mean Q) of a batch; the agent's part of the SGD step.
-
-        Ape-X DQN: importance-weighted Huber loss of n-step double-Q TD errors.
-        """
-        q_tm1 = self._online(data["obs"])
-        q_t_online = self._online(data["next_obs"])
-        q_t_target = self._target(data["next_obs"])
-        td = double_q_td(
-            q_tm1, data["action"], data["reward"], data["discount"], q_t_online, q_t_target
-        )
-        loss = tf.reduce_mean(weights * huber(td, self._config.learner.huber_delta))
-        return loss, tf.abs(td), tf.reduce_mean(q_tm1)
-
     def _sgd(self, iterator):
         """One SGD step on the next batch of `iterator` (traced by _run_sgd)."""
         sample = next(iterator)
         data, info = sample.data, sample.info
         with tf.GradientTape() as tape:
-            loss, priorities, q_mean = self.loss(data, self._importance_weights(info))
+            loss, priorities, q_mean = self._builder.loss(
+                self._config, self._online, self._target, data, self._importance_weights(info)
+            )
         variables = self._online.weights
         grads = tape.gradient(loss, variables)
         grads, grad_norm = tf.clip_by_global_norm(grads, self._config.learner.max_grad_norm)
@@ -266,7 +266,7 @@ class DQNLearner:
         """
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
-        table, min_size = table_name(self._config), self._config.replay.min_size
+        table, min_size = self._table, self._config.replay.min_size
         while not should_stop():
             try:
                 if self._client.server_info(timeout=2)[table].current_size >= min_size:
@@ -349,10 +349,23 @@ class DQNLearner:
             self._metrics.write(row)
         if self._coordinator is not None:
             try:
-                self._coordinator.futures.report_learner(self.steps, self.first_step_time, row)
+                future = self._coordinator.futures.report_learner(
+                    self.steps, self.first_step_time, row
+                )
+                future.add_done_callback(self._keep_counters)
             except Exception:  # noqa: BLE001 - best effort
                 pass
         return row
+
+    def _keep_counters(self, future: Any) -> None:
+        """Holds the run's counters the coordinator returned: a checkpoint written
+        after the coordinator is gone (a stop) still has them."""
+        try:
+            counters = future.result()
+        except Exception:  # noqa: BLE001 - the coordinator is gone: keep the last ones
+            return
+        if isinstance(counters, dict):
+            self.run_counters = counters
 
     # ------------------------------------------------------------ variables
     def get_variables(self) -> tuple[int, list[np.ndarray], dict[str, float]]:

@@ -1,0 +1,86 @@
+"""R2D2's builder: overlapping sequences with stored LSTM state, a recurrent
+Q-network, burn-in and value-rescaled n-step targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apex.agents.builder import AgentBuilder
+from apex.errors import ConfigError
+
+SEQUENCES_TABLE = "sequences"
+
+
+class R2D2Builder(AgentBuilder):
+    """R2D2 (Kapturowski et al. 2019): prioritized sequences of
+    `r2d2.sequence_length` steps every `r2d2.sequence_period`, stored recurrent
+    state, burn-in, eta-mixed sequence priorities."""
+
+    name = "r2d2"
+    table = SEQUENCES_TABLE
+    item_unit = "sequences"
+    recurrent = True
+
+    def env_steps_per_item(self, config) -> float:
+        return float(config.r2d2.sequence_period)
+
+    def trained_steps_per_item(self, config) -> float:
+        q = config.r2d2
+        return float(q.sequence_length - q.burn_in)
+
+    def validate(self, config) -> None:
+        q = config.r2d2
+        if q.sequence_period > q.sequence_length:
+            raise ConfigError(
+                "r2d2.sequence_period",
+                q.sequence_period,
+                f"at most r2d2.sequence_length ({q.sequence_length}); a larger period skips steps",
+            )
+        if q.burn_in >= q.sequence_length - 1:
+            raise ConfigError(
+                "r2d2.burn_in",
+                q.burn_in,
+                f"less than r2d2.sequence_length - 1 ({q.sequence_length - 1}), so that some "
+                "steps are trained",
+            )
+
+    def item_signature(self, config, spec):
+        from apex.replay.tables import sequence_signature
+
+        return sequence_signature(spec, config.r2d2.sequence_length, config.r2d2.lstm_size)
+
+    def make_writer(self, client, actor_id, epsilons, slot_offset, should_stop):
+        from apex.replay.writer import SequenceWriter
+
+        return SequenceWriter(
+            client,
+            actor_id,
+            epsilons,
+            slot_offset=slot_offset,
+            table=self.table,
+            should_stop=should_stop,
+        )
+
+    def make_network(self, config, spec, seed: int = 0):
+        from apex.agents.r2d2.networks import RecurrentQNetwork
+
+        lc = config.learner
+        return RecurrentQNetwork(
+            spec.observation_shape,
+            spec.num_actions,
+            lc.hidden_sizes,
+            config.r2d2.lstm_size,
+            dueling=lc.dueling,
+            seed=seed,
+            torso=lc.torso,
+        )
+
+    def make_actor(self, config, actor_id, variable_source, writer, **kwargs: Any):
+        from apex.agents.r2d2.acting import RecurrentActor
+
+        return RecurrentActor(config, actor_id, variable_source, writer, **kwargs)
+
+    def loss(self, config, online, target, data, weights):
+        from apex.agents.r2d2.learning import r2d2_loss
+
+        return r2d2_loss(online, target, data, weights, config)

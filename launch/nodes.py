@@ -1,0 +1,450 @@
+"""Node adapters: each wires one apex role to Launchpad's handles and stop event.
+
+Nodes are classes plus plain arguments (the config, the builder, handles), so
+the program pickles for local_mp. Which node may touch the run directory:
+
+  coordinator (+ evaluator)  the control plane; owns the run directory
+  learner (+ replay)         metrics, checkpoints, stack dumps, on the same host
+  actor                      nothing: beats, metrics rows and failures go to the
+                             coordinator over RPC, items to replay, parameters
+                             come from the learner; an actor can run on a host
+                             that cannot see the run directory
+
+Every public method of a CourierNode class is an RPC.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import launchpad as lp
+from absl import logging as absl_logging
+
+from apex import checkpointing, compat, lifecycle
+from apex import heartbeat as hb
+from apex.agents.builder import AgentBuilder
+from apex.config import ApexConfig
+from apex.coordination import Coordinator
+from apex.envs import EnvSpec
+from apex.evaluation import Evaluator
+from apex.exploration import slot_epsilons
+from apex.learner import Learner
+from apex.lifecycle import STOP_WINDOW
+from apex.metrics import MetricsWriter, RemoteMetrics
+from apex.restart import decide_restart
+from apex.roles import Reporter
+from apex.variables import StopRequested
+
+# Set by launch.train: the launcher's pid. A node process whose launcher is gone
+# (SIGKILLed) stops itself in order instead of running on as an orphan.
+LAUNCHER_PID_ENV = "APEX_LAUNCHER_PID"
+
+
+def node_should_stop() -> Callable[[], bool]:
+    """The node's stop check. In a local_mp node process of its own it also sets
+    the process's stop window, schedules a stack dump for a node that does not
+    stop in time, and starts the launcher watchdog."""
+    event = lp.stop_event()
+    if compat.in_launchpad_node_process():
+        lp.register_stop_handler(lambda: lifecycle.dump_stacks_later(STOP_WINDOW.stack_dump_after))
+        compat.set_node_termination_window(STOP_WINDOW.kill_seconds)
+        lifecycle.start_launcher_watchdog(int(os.environ.get(LAUNCHER_PID_ENV, "0") or 0))
+    return event.is_set
+
+
+def _quiet_logs() -> None:
+    # Node processes do not parse flags; keep absl's per-node INFO lines
+    # (courier bindings, port picking) out of the user's terminal.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+
+def _heartbeat(
+    config: ApexConfig, coordinator: Reporter, name: str, counters: Callable[[], dict]
+) -> hb.Heartbeat:
+    """The node's heartbeat, sent to the coordinator (courier futures: never blocks)."""
+    futures = getattr(coordinator, "futures", None)
+    sink = (futures or coordinator).heartbeat
+    return hb.Heartbeat(sink, name, config.logging.heartbeat_period_seconds, counters)
+
+
+def _metrics(config: ApexConfig, run_dir: str, name: str, step_key: str) -> MetricsWriter:
+    return MetricsWriter(run_dir, name, step_key=step_key, tensorboard=config.logging.tensorboard)
+
+
+class GracefulReverbNode(lp.ReverbNode):
+    """lp.ReverbNode whose server outlives the stop request: by the grace period,
+    and until the coordinator says the learner has finished (its drain that
+    releases the actors and its final checkpoint), at most
+    STOP_WINDOW.final_checkpoint_wait."""
+
+    def __init__(self, tables_fn, checkpoint_ctor=None):
+        super().__init__(tables_fn, checkpoint_ctor)
+        self._coordinator_handle: Any = None
+
+    def wait_for_learner_through(self, coordinator_handle: Any) -> None:
+        """At a stop, ask the coordinator (its handle) whether the learner has finished.
+
+        Set after the node is made: the coordinator's node takes this node's
+        handle, so it cannot exist first. The handle is dereferenced in `run`.
+        """
+        self._coordinator_handle = coordinator_handle
+
+    def run(self) -> None:
+        super().run()  # returns when the program is asked to stop
+        time.sleep(STOP_WINDOW.replay_grace + 0.5)
+        if self._coordinator_handle is None:
+            return
+        coordinator = self._coordinator_handle.dereference()
+        deadline = time.time() + STOP_WINDOW.final_checkpoint_wait
+        while time.time() < deadline:
+            try:
+                if coordinator.node_finished("learner") is not False:
+                    return
+            except Exception:  # noqa: BLE001 - the coordinator is gone: so is the run
+                return
+            time.sleep(0.2)
+
+
+class LearnerNode:
+    """Learner + variable source + run checkpoints. Public methods are courier RPCs."""
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        builder: AgentBuilder,
+        spec: EnvSpec,
+        replay,
+        coordinator: Reporter,
+        run_dir: str,
+        resume_from: str = "",
+    ):
+        _quiet_logs()
+        hb.register_stack_dump(run_dir, "learner")
+        self._config = config
+        self._run_dir = run_dir
+        self._coordinator = coordinator
+        self._coordinator_gone = False
+        self._heartbeat = _heartbeat(config, coordinator, "learner", self._counters)
+        self._learner = Learner(
+            config,
+            spec,
+            replay.server_address,
+            builder=builder,
+            coordinator=coordinator,
+            metrics=_metrics(config, run_dir, "learner", "learner/steps"),
+            heartbeat=self._heartbeat,
+        )
+        if resume_from:
+            state = checkpointing.load(resume_from)
+            self._learner.set_state(state.learner)
+            self._learner.run_counters = dict(state.state)
+        ck = config.checkpoint
+        if run_dir and (ck.period_seconds is not None or ck.on_stop):
+            self._learner.checkpointer = checkpointing.RunCheckpointer(
+                run_dir,
+                checkpointing.make_manifest(
+                    config, self._learner.signature, self._learner.network_shapes()
+                ),
+                self._learner.replay_client,
+                counters=self._checkpoint_counters,
+                period_seconds=ck.period_seconds,
+                keep=ck.keep,
+                on_written=self._checkpoint_written,
+            )
+
+    def run(self) -> None:
+        try:
+            self._learner.run(node_should_stop())
+            # Until every actor is out of its last insert (bounded).
+            self._learner.drain(STOP_WINDOW.actor_drain, until=self._actors_finished)
+            if self._learner.checkpointer is not None and self._config.checkpoint.on_stop:
+                try:
+                    self._learner.checkpointer.save(self._learner, reason="stop")
+                except Exception as err:  # noqa: BLE001 - say so; the periodic ones remain
+                    print(
+                        f"[apex] the checkpoint at the stop failed ({type(err).__name__}: {err}); "
+                        "a resume starts from the last periodic one",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            self._heartbeat.close()
+
+    def _actors_finished(self) -> bool:
+        try:
+            return bool(self._coordinator.nodes_finished("actor_"))
+        except Exception:  # noqa: BLE001 - no coordinator to ask: stop draining
+            return True
+
+    def checkpoint(self) -> str:
+        """Writes a run checkpoint now; returns its path (RPC)."""
+        return self._learner.checkpoint_now()
+
+    def _checkpoint_counters(self) -> dict:
+        if not self._coordinator_gone:
+            try:
+                self._learner.run_counters = self._coordinator.checkpoint_state()
+            except Exception:  # noqa: BLE001 - the coordinator is gone: its last counters
+                self._coordinator_gone = True
+        return dict(self._learner.run_counters)
+
+    def _checkpoint_written(
+        self, path: str, step: int, seconds: float, size: int, reason: str
+    ) -> None:
+        if not self._coordinator_gone:  # a dead one costs another call timeout
+            try:
+                self._coordinator.checkpoint_written(path, step, seconds, size, reason == "stop")
+            except Exception:  # noqa: BLE001 - the checkpoint is written; only the note is lost
+                self._coordinator_gone = True
+
+    def _counters(self) -> dict:
+        learner = getattr(self, "_learner", None)
+        return {"steps": learner.steps} if learner is not None else {}
+
+    def step(self) -> dict[str, float]:
+        return self._learner.step()
+
+    def get_variables(self):
+        return self._learner.get_variables()
+
+    def get_steps(self) -> int:
+        return self._learner.steps
+
+    def flush_priorities(self) -> None:
+        self._learner.start_priority_updates()
+        self._learner.flush_priorities()
+
+    def last_priority_update(self):
+        """(keys, priorities when sampled, priorities sent) of the last step."""
+        return self._learner.last_update
+
+
+class ActorNode:
+    """One actor process: acting with restarts (apex.restart). Touches no file of
+    the run directory: everything it reports goes to the coordinator."""
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        builder: AgentBuilder,
+        actor_id: int,
+        replay,
+        learner,
+        coordinator: Reporter,
+        initial_counts: tuple[int, int] = (0, 0),
+    ):
+        _quiet_logs()
+        if os.environ.get(lifecycle.NO_SHARED_FS_ENV) == "1" and config.run_dir:
+            lifecycle.forbid_writes_under(config.run_dir)
+        hb.register_stack_dump(None, f"actor_{actor_id}")  # SIGUSR1: stacks to its log
+        self._initial_counts = initial_counts  # (env steps, episodes) of a resumed run
+        self._config = config
+        self._builder = builder
+        self._actor_id = actor_id
+        self._replay = replay
+        self._learner = learner
+        self._coordinator = coordinator
+        self._name = f"actor_{actor_id}"
+
+    def run(self) -> None:
+        c = self._config
+        should_stop = node_should_stop()
+        holder: dict = {}
+
+        def counters() -> dict:
+            a = holder.get("actor")
+            return {"env_steps": a.env_steps, "items_inserted": a.items_written} if a else {}
+
+        beat = _heartbeat(c, self._coordinator, self._name, counters)
+        holder["metrics"] = RemoteMetrics(self._coordinator, self._name, "actor/env_steps")
+        backoff = c.actor.restart_backoff_seconds
+        restarts = 0
+        try:
+            while not should_stop():
+                beat.enter(hb.WAITING_PARAMS)
+                started = time.time()
+                try:
+                    self._run_actor(should_stop, beat, holder, restarts)
+                    return
+                except StopRequested:
+                    return
+                except Exception as err:  # noqa: BLE001 - restart with fresh envs and parameters
+                    if should_stop():  # the replay or learner went away first during shutdown
+                        return
+                    restarts += 1
+                    decision = decide_restart(
+                        restarts,
+                        backoff,
+                        time.time() - started,
+                        c.actor.restart_backoff_seconds,
+                        c.actor.max_restarts,
+                    )
+                    if not decision.restart:
+                        message = (
+                            f"failed {restarts} times (actor.max_restarts={c.actor.max_restarts}); "
+                            f"last: {type(err).__name__}: {err}"
+                        )
+                        print(f"[apex] {self._name} {message}", file=sys.stderr, flush=True)
+                        traceback.print_exc()
+                        self._report_failure(message)
+                        raise
+                    print(
+                        f"[apex] {self._name} failed ({type(err).__name__}: {err}); restart "
+                        f"{restarts}/{c.actor.max_restarts} in {decision.wait:.1f} s with fresh "
+                        "envs and parameters",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    deadline = time.time() + decision.wait
+                    while time.time() < deadline and not should_stop():
+                        time.sleep(0.1)
+                    backoff = decision.next_backoff
+        finally:
+            beat.close()
+
+    def _report_failure(self, message: str) -> None:
+        try:
+            self._coordinator.report_failure(self._name, message)
+        except Exception:  # noqa: BLE001 - the coordinator may be gone; the node fails anyway
+            pass
+
+    def _run_actor(self, should_stop, beat, holder, restarts: int) -> None:
+        """One life of the actor: a fresh writer, fresh envs, fresh parameters."""
+        c = self._config
+        e = c.actor.envs_per_actor
+        eps = slot_epsilons(
+            self._actor_id, e, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha
+        )
+        with self._builder.make_writer(
+            self._replay, self._actor_id, eps, self._actor_id * e, should_stop
+        ) as writer:
+            actor = self._builder.make_actor(
+                c,
+                self._actor_id,
+                self._learner,
+                writer,
+                coordinator=self._coordinator,
+                metrics=holder["metrics"],
+                should_stop=should_stop,
+                heartbeat=beat,
+            )
+            previous = holder.get("actor")
+            if previous is not None:
+                actor.resume_counts(previous)
+            else:
+                actor.env_steps, actor.episodes = self._initial_counts
+            actor.restarts = restarts
+            holder["actor"] = actor
+            beat.enter(hb.ACTING)
+            try:
+                actor.run(should_stop)
+            finally:
+                actor.close()
+
+
+class EvaluatorNode:
+    """Greedy evaluation episodes on the latest parameters (with the coordinator)."""
+
+    def __init__(self, config: ApexConfig, learner, coordinator: Reporter, run_dir: str):
+        _quiet_logs()
+        self._heartbeat = _heartbeat(
+            config, coordinator, "evaluator", lambda: {"evaluations": self._evaluator.evaluations}
+        )
+        self._evaluator = Evaluator(
+            config,
+            learner,
+            coordinator=coordinator,
+            metrics=_metrics(config, run_dir, "evaluator", "evaluator/evaluations"),
+            heartbeat=self._heartbeat,
+        )
+
+    def run(self) -> None:
+        try:
+            self._evaluator.run(node_should_stop())
+        finally:
+            self._heartbeat.close()
+
+
+class CoordinatorNode:
+    """The control plane (apex.coordination.Coordinator); its methods are the RPCs
+    every other node calls."""
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        run_dir: str,
+        start_time: float,
+        replay,
+        resume_state: dict | None = None,
+        resume_from: str = "",
+    ):
+        _quiet_logs()
+        hb.register_stack_dump(run_dir, "coordinator")
+        self._coordinator = Coordinator(
+            config,
+            run_dir,
+            start_time,
+            replay_client=replay,
+            stop_program=lp.stop,
+            metrics=_metrics(config, run_dir, "coordinator", "coordinator/env_steps"),
+        )
+        if resume_state:
+            self._coordinator.restore(resume_state, resume_from)
+        if run_dir and config.checkpoint.on_stop:
+            self._coordinator.final_checkpoint_timeout = STOP_WINDOW.final_checkpoint_wait
+        self._heartbeat = hb.Heartbeat(
+            self._coordinator.heartbeats,
+            "coordinator",
+            config.logging.heartbeat_period_seconds,
+            lambda: {"env_steps": self._coordinator.env_steps},
+        )
+        self._heartbeat.enter(hb.IDLE)
+
+    def run(self) -> None:
+        try:
+            self._coordinator.run(node_should_stop())
+        finally:
+            self._heartbeat.close()
+            self._coordinator.close()
+
+    # The control plane: every other node's calls.
+    def heartbeat(self, beat) -> None:
+        self._coordinator.heartbeat(beat)
+
+    def node_finished(self, node):
+        return self._coordinator.node_finished(node)
+
+    def nodes_finished(self, prefix):
+        return self._coordinator.nodes_finished(prefix)
+
+    def write_metrics(self, component, step_key, row) -> None:
+        self._coordinator.write_metrics(component, step_key, row)
+
+    def report_actor(self, actor_id, env_steps, episodes, returns, start_time=None) -> None:
+        self._coordinator.report_actor(actor_id, env_steps, episodes, returns, start_time)
+
+    def report_learner(self, steps, first_step_time, row):
+        return self._coordinator.report_learner(steps, first_step_time, row)
+
+    def report_failure(self, node, message) -> None:
+        self._coordinator.report_failure(node, message)
+
+    def report_eval(self, return_mean, version, returns) -> None:
+        self._coordinator.report_eval(return_mean, version, returns)
+
+    def get_counts(self):
+        return self._coordinator.get_counts()
+
+    def checkpoint_state(self):
+        return self._coordinator.checkpoint_state()
+
+    def checkpoint_written(self, path, step, seconds, size, final=False) -> None:
+        self._coordinator.checkpoint_written(path, step, seconds, size, final)
+
+    def summary(self):
+        return self._coordinator.summary()
