@@ -125,6 +125,49 @@ def set_output_to_files_dir(path: str) -> None:
     os.environ["LAUNCHPAD_LOGGING_DIR"] = path
 
 
+def use_line_output() -> None:
+    """Makes local_mp's `current_terminal` mode start each node behind
+    `launch/node_output.py` (whole, filtered lines; see apex.output) instead of
+    Launchpad's bash + sed `decorate_output`.
+
+    Launchpad 0.5.0 picks its local launcher from the private dict
+    `run_locally._LOCAL_LAUNCHER_MAP`; apex puts its own function there.
+    """
+    from launchpad.launch.run_locally import run_locally
+
+    launchers = _require(
+        run_locally,
+        "_LOCAL_LAUNCHER_MAP",
+        "launchpad run_locally._LOCAL_LAUNCHER_MAP",
+        LAUNCHPAD_PIN,
+    )
+    if run_locally.SEPARATE_TERMINAL_CURRENT_TERMINAL not in launchers:
+        raise CompatError("launchpad run_locally current_terminal launcher", LAUNCHPAD_PIN)
+    launchers[run_locally.SEPARATE_TERMINAL_CURRENT_TERMINAL] = _launch_with_line_output
+
+
+def _launch_with_line_output(commands_to_launch: Any) -> Any:
+    """Launchpad's launch_in_current_terminal, with launch/node_output.py as the
+    per-node wrapper (same worker-manager registration)."""
+    import atexit
+    import os
+    import subprocess
+
+    from launchpad.launch import worker_manager
+
+    manager = worker_manager.WorkerManager()
+    atexit.register(manager.wait)
+    palette = (36, 33, 32, 34, 35)
+    for i, command in enumerate(commands_to_launch):
+        env = dict(os.environ, **command.env_overrides)
+        wrapper = [sys.executable, "-m", "launch.node_output", command.title]
+        process = subprocess.Popen(
+            [*wrapper, str(palette[i % len(palette)]), "--", *command.command_as_list], env=env
+        )
+        manager.register_existing_process(command.title, process.pid)
+    return manager
+
+
 # Every symbol above, as (description, importable check). tests/test_compat.py
 # runs each check against the installed packages.
 def _check_reverb() -> None:
@@ -153,6 +196,21 @@ def _check_launchpad() -> None:
     _require(
         files, "_LOGGING_DIR", "launchpad launch_local_output_to_files._LOGGING_DIR", LAUNCHPAD_PIN
     )
+
+    from launchpad.launch.run_locally import run_locally
+
+    launchers = _require(
+        run_locally,
+        "_LOCAL_LAUNCHER_MAP",
+        "launchpad run_locally._LOCAL_LAUNCHER_MAP",
+        LAUNCHPAD_PIN,
+    )
+    if run_locally.SEPARATE_TERMINAL_CURRENT_TERMINAL not in launchers:
+        raise CompatError("launchpad run_locally current_terminal launcher", LAUNCHPAD_PIN)
+    # The fields of Launchpad's CommandToLaunch that _launch_with_line_output reads.
+    fields = set(run_locally.CommandToLaunch._fields) | set(dir(run_locally.CommandToLaunch))
+    if not {"title", "command_as_list", "env_overrides"} <= fields:
+        raise CompatError("launchpad run_locally.CommandToLaunch fields", LAUNCHPAD_PIN)
 
 
 SYMBOLS: dict[str, Any] = {

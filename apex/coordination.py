@@ -11,7 +11,6 @@ in a run, a stop and a resume.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -337,6 +336,8 @@ class Coordinator:
     def check_stop(self) -> str | None:
         """The name of the first stop criterion reached, or None."""
         sc = self._config.stop
+        if self._failure is not None:  # first: it explains whatever else happens
+            return "node failed"
         if sc.max_actor_steps is not None and self.env_steps >= sc.max_actor_steps:
             return "max_actor_steps"
         if sc.max_learner_steps is not None and self._learner_steps >= sc.max_learner_steps:
@@ -345,8 +346,6 @@ class Coordinator:
             return "max_wall_seconds"
         if sc.when_solved and self._solved_at is not None:
             return "solved"
-        if self._failure is not None:
-            return "node failed"
         return None
 
     def progress_line(self, rates: dict[str, float]) -> str:
@@ -389,9 +388,11 @@ class Coordinator:
                 s = self.write_summary()
                 if reason == "node failed":
                     print(f"[apex] a node failed: {self._failure}", file=self._out, flush=True)
+                # The summary itself is printed once, by the launcher, from
+                # summary.json as the stop leaves it (final checkpoint included).
                 print(
-                    f"[apex] stopping: {reason}; summary: "
-                    + json.dumps({k: s[k] for k in SUMMARY_KEYS}),
+                    f"[apex] stopping: {reason} at {s['wall_seconds']:.1f} s, "
+                    f"{s['env_steps']:,} env steps, {s['learner_steps']:,} learner steps",
                     file=self._out,
                     flush=True,
                 )

@@ -36,9 +36,9 @@ def size_bench(args) -> None:
     import reverb
 
     from apex import checkpointing
-    from apex.learner import Learner
     from apex.config import ApexConfig
     from apex.envs import env_spec
+    from apex.learner import Learner
     from apex.replay.tables import TRANSITIONS_TABLE, make_tables
 
     rows = []

@@ -143,8 +143,8 @@ def main() -> None:
     import tensorflow as tf
 
     from apex.agents.dqn.acting import VectorActor
-    from apex.learner import Learner
     from apex.envs import env_spec, make_env
+    from apex.learner import Learner
     from apex.replay.tables import TRANSITIONS_TABLE
     from apex.replay.writer import TransitionWriter
     from apex.run_dir import git_commit

@@ -241,6 +241,11 @@ class ActorNode:
         _quiet_logs()
         if os.environ.get(lifecycle.NO_SHARED_FS_ENV) == "1" and config.run_dir:
             lifecycle.forbid_writes_under(config.run_dir)
+            print(
+                f"[apex] actor_{actor_id}: writes under the run directory are refused "
+                f"({lifecycle.NO_SHARED_FS_ENV}=1)",
+                flush=True,
+            )
         hb.register_stack_dump(None, f"actor_{actor_id}")  # SIGUSR1: stacks to its log
         self._initial_counts = initial_counts  # (env steps, episodes) of a resumed run
         self._config = config

@@ -62,8 +62,54 @@ _ISOLATE = flags.DEFINE_bool(
     "checkpoints and heartbeats only (the live server is not reachable from outside).",
 )
 
+_VERBOSE = flags.DEFINE_bool(
+    "verbose",
+    False,
+    "Keep every line of library output (Reverb, Launchpad, absl INFO) that apex filters as noise.",
+)
+
 _OVERRIDES: list[tuple[str, str]] = []
 _LAUNCH_TIME = time.time()
+
+# The launch types apex runs (Launchpad lists more: local_docker is unimplemented
+# in 0.5.0, vertex_ai needs Google Cloud, test_mp needs a test case).
+SUPPORTED_LAUNCH_TYPES = ("local_mp", "local_mt")
+
+# Exit codes (README "Exit codes").
+EXIT_OK = 0  # the run reached its own stop criterion
+EXIT_NODE_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_SIGNALS_SEEN: list[int] = []
+
+
+def _record_signals() -> None:
+    """Notes SIGINT/SIGTERM sent to the launcher (for its exit code), then lets
+    Launchpad's own handlers do the orderly stop."""
+    for sig in EXIT_SIGNAL:
+        previous = signal.getsignal(sig)
+
+        def handler(signum, frame, previous=previous):
+            _SIGNALS_SEEN.append(signum)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
+
+        signal.signal(sig, handler)
+
+
+def exit_code(summary: dict | None, failed: bool) -> int:
+    """0 for a run that stopped on its own criterion, 1 for a failed node, 130/143
+    for a run stopped by SIGINT/SIGTERM."""
+    if failed or (summary or {}).get("stop_reason") == "node failed":
+        return EXIT_NODE_FAILED
+    reason = (summary or {}).get("stop_reason")
+    if reason in (None, "stopped"):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if sig in _SIGNALS_SEEN:
+                return EXIT_SIGNAL[sig]
+    return EXIT_OK
 
 
 def parse_argv(argv: list[str]) -> list[str]:
@@ -166,7 +212,22 @@ def _finalize_summary(run_dir: str, reason: str, failure: str | None = None) -> 
 def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)
-    start_time = time.time()
+    from apex import compat
+    from apex.output import VERBOSE_ENV, FilteredStdout
+
+    if _VERBOSE.value:
+        os.environ[VERBOSE_ENV] = "1"
+    sys.stdout.flush()
+    sys.stdout = FilteredStdout(1, keep_all=_VERBOSE.value)  # whole lines, also in a pipe
+    launch_type = (
+        flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
+    )
+    if launch_type not in SUPPORTED_LAUNCH_TYPES:
+        raise ConfigError(
+            "--lp_launch_type", launch_type, f"one of {', '.join(SUPPORTED_LAUNCH_TYPES)}"
+        )
+    # Every clock a user sees counts from the launcher process's start.
+    start_time = launch_time()
     if not _CONFIG.value:
         raise ConfigError("--config", None, "a config file, e.g. --config=configs/apex_cartpole.py")
     config = load_config(_CONFIG.value, _OVERRIDES)
@@ -195,7 +256,9 @@ def main(argv: list[str]) -> int:
         resume = resume_checkpoint(config, run_dir, _RESUME.value)
     except checkpointing.CheckpointError as err:
         print(f"apex: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    if resume is not None:
+        check_limits_left(config, resume.state)
     run_dir = prepare_run_dir(run_dir, config)
     config.run_dir = run_dir
     # Heartbeats of a previous launch name dead pids: start without them.
@@ -203,10 +266,6 @@ def main(argv: list[str]) -> int:
 
     program = program_lib.make_program(
         config, run_dir=run_dir, start_time=start_time, resume=resume
-    )
-    # Launchpad's own default is local_mt; apex's is one process per node.
-    launch_type = (
-        flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
     )
     print(f"[apex] run_dir: {run_dir}", flush=True)
     if resume is not None:
@@ -226,11 +285,13 @@ def main(argv: list[str]) -> int:
     monitor = None
     if launch_type == "local_mp":
         if _TERMINAL.value == "output_to_files":
-            from apex import compat
-
             compat.set_output_to_files_dir(os.path.join(run_dir, "logs"))
+            print(f"[apex] node output: {os.path.join(run_dir, 'logs')}/<node>", flush=True)
+        else:
+            compat.use_line_output()
         os.environ[nodes.LAUNCHER_PID_ENV] = str(os.getpid())
         manager = lp.launch(program, launch_type=launch_type, terminal=_TERMINAL.value)
+        _record_signals()
         monitor = NodeMonitor(
             run_dir,
             on_death=lambda message: _stop_after_death(message),
@@ -246,6 +307,7 @@ def main(argv: list[str]) -> int:
         failed = err
     death = monitor.failure if monitor is not None else None
     summary = _finalize_summary(run_dir, "node failed" if failed else "stopped", death)
+    # The one summary: summary.json as the run left it.
     if summary is not None:
         print(
             "[apex] summary: " + json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}), flush=True
@@ -257,8 +319,46 @@ def main(argv: list[str]) -> int:
         failed = summary.get("failure") or "see the node output above"
     if failed is not None:
         print(f"[apex] a node failed: {failed}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    code = exit_code(summary, failed is not None)
+    sys.stdout.close()
+    return code
+
+
+def launch_time() -> float:
+    """Unix time this process started (what every clock of the run counts from)."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - psutil is a dependency; be safe anyway
+        return _LAUNCH_TIME
+
+
+def check_limits_left(config: apex_config.ApexConfig, state: dict) -> None:
+    """Refuses (ConfigError) a resume whose stop limits the run has already used up:
+    it would launch everything only to stop at once."""
+    sc = config.stop
+    used = {
+        "stop.max_wall_seconds": (sc.max_wall_seconds, float(state.get("wall_seconds", 0.0)), "s"),
+        "stop.max_actor_steps": (
+            sc.max_actor_steps,
+            sum(int(v) for v in state.get("actor_steps", {}).values()),
+            "env steps",
+        ),
+        "stop.max_learner_steps": (
+            sc.max_learner_steps,
+            int(state.get("learner_steps", 0)),
+            "learner steps",
+        ),
+    }
+    for field, (limit, so_far, unit) in used.items():
+        if limit is not None and so_far >= limit:
+            raise ConfigError(
+                field,
+                limit,
+                f"more than the {so_far:,.6g} {unit} the run already has (raise it with "
+                f"--config.{field}=... to continue, or None for no limit)",
+            )
 
 
 def _stop_after_death(message: str) -> None:
@@ -271,8 +371,28 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(parse_argv(argv))
     except flags.Error as err:
-        print(f"apex: {err}", file=sys.stderr)
-        sys.exit(2)
+        print(f"apex: {err}{_flag_hint(str(err), argv)}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _flag_hint(message: str, argv: list[str]) -> str:
+    """'; did you mean --config.actor.num_actors=4?' for a config field given as a flag."""
+    import re
+
+    match = re.search(r"Unknown command line flag '([^']+)'", message)
+    if not match:
+        return ""
+    name = match.group(1)
+    fields = [
+        f"{section}.{field}"
+        for section, value in vars(apex_config.ApexConfig()).items()
+        for field in (vars(value) if hasattr(value, "__dataclass_fields__") else {})
+        if field == name
+    ] + [k for k in vars(apex_config.ApexConfig()) if k == name]
+    if not fields:
+        return ""
+    value = next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), "...")
+    return "; did you mean " + " or ".join(f"--config.{f}={value}" for f in fields) + "?"
 
 
 def run() -> None:

@@ -1,4 +1,11 @@
-"""Helpers for multi-process tests: launch the entry point, find leftover processes."""
+"""Helpers for tests that wait: `wait_until` (the one way a test waits for
+something to happen), and for multi-process tests: launch the entry point,
+find leftover processes.
+
+No test sleeps and then assumes: it polls an observable with `wait_until`
+until it holds or a deadline passes. Deadlines are hang guards, generous
+enough for a loaded machine, never claims about speed.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,46 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN_VAR = "APEX_TEST_RUN_TOKEN"
+
+# Hang guards (seconds). A loaded 2-core box took 104 s from launch to a
+# program's first insert (stack_and_limits.md, B5): these leave room for that.
+STARTUP_TIMEOUT = 300.0
+"""Until a launched program's learner has done its first steps."""
+STOP_TIMEOUT = 120.0
+"""Until a stopped program's launcher has exited and every process of it is gone."""
+
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = 0.2,
+) -> T:
+    """Calls `predicate` every `interval` s until it returns something truthy,
+    and returns that. Past `timeout` s raises AssertionError naming `what`
+    (a string, or a callable giving one, e.g. with the last state seen).
+
+    Example:
+        >>> wait_until(lambda: 2 + 2, timeout=1, what="arithmetic")
+        4
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = what() if callable(what) else what
+            raise AssertionError(f"waited {timeout:g} s for {text}; it did not happen")
+        time.sleep(interval)
 
 
 def start_train(
@@ -58,19 +100,24 @@ def processes_with_token(token: str) -> list[psutil.Process]:
     return found
 
 
-def wait_for_state(run_dir: str, predicate, timeout: float) -> dict:
-    deadline = time.time() + timeout
-    last = {}
-    while time.time() < deadline:
+def wait_for_state(
+    run_dir: str, predicate: Callable[[dict], bool], timeout: float = STARTUP_TIMEOUT
+) -> dict:
+    """Polls RUN_DIR/state.json until `predicate(state)` holds; returns that state."""
+    last: dict = {}
+
+    def satisfied() -> dict | None:
+        nonlocal last
         try:
             with open(os.path.join(run_dir, "state.json")) as f:
                 last = json.load(f)
-            if predicate(last):
-                return last
         except (OSError, json.JSONDecodeError):
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"state.json never satisfied the condition; last: {last}")
+            return None
+        return last if predicate(last) else None
+
+    return wait_until(
+        satisfied, timeout, lambda: f"state.json to satisfy the condition; last: {last}", 0.5
+    )
 
 
 def start_learning(
@@ -80,34 +127,49 @@ def start_learning(
     (the program is killed if it never does)."""
     proc, token = start_train(run_dir, *overrides, new_session=new_session)
     try:
-        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > learner_steps, 120)
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > learner_steps)
     except BaseException:
         kill_tree(proc, token)
         raise
     return proc, token
 
 
-def seconds_until_gone(token: str, since: float, timeout: float = 40.0) -> float:
-    """Waits (at most `timeout` s after `since`) until no process carries `token`;
-    returns the seconds from `since` (inf if some are left)."""
-    while processes_with_token(token):
-        if time.time() - since > timeout:
-            return float("inf")
-        time.sleep(0.2)
-    return time.time() - since
+def wait_until_gone(token: str, timeout: float = STOP_TIMEOUT) -> None:
+    """Waits until no process carries `token`; an AssertionError lists those left."""
+    left: list[psutil.Process] = []
+
+    def gone() -> bool:
+        nonlocal left
+        left = processes_with_token(token)
+        return not left
+
+    wait_until(
+        gone, timeout, lambda: f"every process of the program to exit; left: {_cmdlines(left)}"
+    )
+
+
+def _cmdlines(processes: list[psutil.Process]) -> list[str]:
+    lines = []
+    for p in processes:
+        try:
+            lines.append(" ".join(p.cmdline())[:200])
+        except psutil.Error:
+            continue
+    return lines
 
 
 def interrupt(
-    proc: subprocess.Popen, token: str, send: Callable[[], None], timeout: float
-) -> tuple[str, float]:
-    """Calls `send()` (a signal to the program), waits at most `timeout` s for the
-    launcher to exit; returns (its output, seconds from the signal until no
-    process carries `token`). Whatever remains is killed."""
+    proc: subprocess.Popen, token: str, send: Callable[[], None], timeout: float = STOP_TIMEOUT
+) -> str:
+    """Calls `send()` (a signal to the program), waits for the launcher to exit
+    and then for every process carrying `token` to be gone (each at most
+    `timeout` s, a hang guard); returns the launcher's output. Whatever
+    remains is killed."""
     try:
         send()
-        sent = time.time()
         out, _ = proc.communicate(timeout=timeout)
-        return out, seconds_until_gone(token, sent)
+        wait_until_gone(token, timeout)
+        return out
     finally:
         kill_tree(proc, token)
 

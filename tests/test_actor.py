@@ -1,36 +1,22 @@
 """The vector actor: one batched forward pass per step, n-step items with provenance."""
 
-import time
-
 import numpy as np
 
 from apex.agents.dqn.acting import VectorActor
 from apex.agents.dqn.networks import QNetwork, numpy_q_values
 from apex.exploration import slot_epsilons
+from tests.fakes import FakeVariableSource, RecordingWriter
+from tests.procs import wait_until
 
 
-class RecordingWriter:
-    def __init__(self):
-        self.batches = []
-
-    def write(self, batch, priorities):
-        self.batches.append((batch, np.asarray(priorities)))
-
-
-class VersionedSource:
-    """A variable source whose version goes up by one per call."""
-
-    def __init__(self, hidden):
-        self.net = QNetwork(4, 2, hidden, seed=0)
-        self.calls = 0
-
-    def get_variables(self):
-        self.calls += 1
-        return self.calls, self.net.get_weights(), {"max_priority": 9.0}
+def versioned_source(hidden, **kwargs) -> FakeVariableSource:
+    """Fixed weights; the version goes up by one per call (a training learner)."""
+    weights = QNetwork(4, 2, hidden, seed=0).get_weights()
+    return FakeVariableSource(weights, version=None, info={"max_priority": 9.0}, **kwargs)
 
 
 def test_actor_writes_nstep_items_with_actor_td_priorities_and_provenance(small_config):
-    src = VersionedSource(small_config.learner.hidden_sizes)
+    src = versioned_source(small_config.learner.hidden_sizes)
     writer = RecordingWriter()
     actor = VectorActor(small_config, 0, src, writer)
     for _ in range(300):
@@ -57,12 +43,12 @@ def test_actor_writes_nstep_items_with_actor_td_priorities_and_provenance(small_
 def test_actor_td_matches_its_own_q_values(small_config):
     """td = R + discount * max_a Q(next_obs) - Q(obs, action), all with the acting weights."""
     small_config.actor.params_update_period = 10**9  # keep one set of weights
-    src = VersionedSource(small_config.learner.hidden_sizes)
+    src = versioned_source(small_config.learner.hidden_sizes)
     writer = RecordingWriter()
     actor = VectorActor(small_config, 0, src, writer)
     for _ in range(60):
         actor.step()
-    w = src.net.get_weights()
+    w = src.weights
     batch, _ = writer.batches[-1]
     q = numpy_q_values(w, batch["obs"])
     q_next = numpy_q_values(w, batch["next_obs"]).max(axis=1)
@@ -70,23 +56,50 @@ def test_actor_td_matches_its_own_q_values(small_config):
     np.testing.assert_allclose(batch["td"], expected, rtol=1e-4, atol=1e-4)
 
 
-def test_actor_pulls_new_parameters_without_stalling_and_records_versions(small_config):
+def test_actor_keeps_acting_while_a_parameter_pull_is_pending_and_tags_items_with_versions(
+    small_config,
+):
+    """The first pull blocks (version 1); later pulls are asynchronous: while the
+    learner has not answered, the actor keeps stepping on the weights it has;
+    once the answer arrives, later items carry the newer version. Per env slot,
+    in acting order, the version never goes back."""
     small_config.actor.params_update_period = 40
-    src = VersionedSource(small_config.learner.hidden_sizes)
+    src = versioned_source(small_config.learner.hidden_sizes, hold_after=1)
     writer = RecordingWriter()
     actor = VectorActor(small_config, 0, src, writer)
-    for _ in range(200):
+    steps = 0
+
+    def step_until(condition):
+        nonlocal steps
         actor.step()
-        time.sleep(0.001)
+        steps += 1
+        return condition()
+
+    # The second pull is issued after 40 env steps and held by the source.
+    wait_until(lambda: step_until(src.held.is_set), 60, "the actor to request new parameters", 0)
+    for _ in range(100):  # held the whole time: step() never waits for the pull
+        actor.step()
+    assert src.held.is_set() and src.calls == 2
+    assert {int(v) for b, _ in writer.batches for v in b["version"]} == {1}
+    src.hold_after = None
+    src.release.set()
+    wait_until(
+        lambda: step_until(lambda: int(writer.batches[-1][0]["version"].max()) >= 3),
+        60,
+        "items acted with version 3 (two pulls answered)",
+        0,
+    )
     versions = np.concatenate([b["version"] for b, _ in writer.batches])
-    assert versions.min() == 1 and versions.max() > 1  # acted first with v1, then newer
-    assert np.all(np.diff(versions) >= 0) or len(set(versions.tolist())) > 1
-    assert src.calls > 2
+    slots = np.concatenate([b["slot"] for b, _ in writer.batches])
+    assert versions[0] == 1 and set(versions.tolist()) <= set(range(1, src.calls + 1))
+    for slot in range(small_config.actor.envs_per_actor):
+        # Rows of one slot come out oldest first (NStepAccumulator), so this is acting order.
+        assert np.all(np.diff(versions[slots == slot]) >= 0), slot
 
 
 def test_actor_uses_its_slice_of_the_epsilon_ladder(small_config):
     small_config.actor.num_actors = 3
     actor = VectorActor(
-        small_config, 1, VersionedSource(small_config.learner.hidden_sizes), RecordingWriter()
+        small_config, 1, versioned_source(small_config.learner.hidden_sizes), RecordingWriter()
     )
     np.testing.assert_array_equal(actor.epsilons, slot_epsilons(1, 4, 3, 0.4, 7.0))

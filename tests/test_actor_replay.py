@@ -14,17 +14,15 @@ from apex.evaluation import evaluate
 from apex.exploration import slot_epsilons
 from apex.replay.tables import make_tables, table_name, unpack_item
 from apex.replay.writer import SequenceWriter, TransitionWriter
+from tests.fakes import FakeVariableSource
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ["apex_cartpole.py", "r2d2_cartpole_masked.py", "apex_atari.py", "r2d2_atari.py"]
 
 
-class Source:
-    def __init__(self, config, spec):
-        self.weights = make_network(config, spec, seed=0).get_weights()
-
-    def get_variables(self):
-        return 3, self.weights, {}
+def source(config, spec) -> FakeVariableSource:
+    """The config's network's initial weights, at version 3."""
+    return FakeVariableSource(make_network(config, spec, seed=0).get_weights(), version=3)
 
 
 def shrunk(name):
@@ -55,7 +53,7 @@ def test_actor_items_fit_the_table_and_carry_provenance(name):
         writer_class = SequenceWriter if c.agent == "r2d2" else TransitionWriter
         actor_class = RecurrentActor if c.agent == "r2d2" else VectorActor
         with writer_class(client, 1, eps, slot_offset=2) as writer:
-            actor = actor_class(c, 1, Source(c, spec), writer)
+            actor = actor_class(c, 1, source(c, spec), writer)
             while actor.items_written < 4:
                 actor.step()
             actor.close()
@@ -81,6 +79,6 @@ def test_evaluation_runs_the_policy_of_each_config(name):
     c.env.max_episode_steps = 30 if c.env.preprocessing == "atari" else None
     spec = env_spec(c.env)
     policy = ActingPolicy(c, spec)
-    policy.set_weights(Source(c, spec).weights)
+    policy.set_weights(source(c, spec).weights)
     returns = evaluate(c, policy, episodes=2, epsilon=0.0, seed=0)
     assert returns.shape == (2,) and np.all(np.isfinite(returns))

@@ -21,7 +21,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -326,7 +325,7 @@ def test_tools_status(setup, code, fragment, tmp_path, capsys):
 # with the flags reset to their defaults in between.
 
 _DRIVER = r"""
-import contextlib, io, json, sys, time, traceback
+import contextlib, io, json, sys, traceback
 from absl import app, flags
 import tools.replay as tool
 
@@ -334,7 +333,6 @@ results = {}
 for case_id, argv in json.loads(sys.argv[1]):
     flags.FLAGS.unparse_flags()
     err = io.StringIO()
-    t0 = time.time()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             app.run(tool.main, argv=["tools.replay", *argv])
@@ -344,7 +342,7 @@ for case_id, argv in json.loads(sys.argv[1]):
         except BaseException:
             traceback.print_exc()
             rc = "traceback"
-    results[case_id] = {"rc": rc, "stderr": err.getvalue(), "seconds": time.time() - t0}
+    results[case_id] = {"rc": rc, "stderr": err.getvalue()}
 print(json.dumps(results))
 """
 
@@ -436,22 +434,19 @@ def test_tools_replay(case_id, code, fragment, replay_results):
     assert r["rc"] == code, err
     assert fragment.format(**names) in err, err
     assert err.splitlines()[0].startswith(("tools.replay: ", "usage: ", "FATAL Flags")), err
-    assert r["seconds"] < 10, r  # nothing waits out a timeout (--timeout=30 where it matters)
 
 
 # --------------------------------------------------------------------------- entry points
 
 
-def _run(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.time()
-    proc = subprocess.run(
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=110,
     )
-    return proc, time.time() - t0
 
 
 @pytest.mark.timeout(120)
@@ -460,7 +455,7 @@ def _run(module: str, *args: str) -> tuple[subprocess.CompletedProcess, float]:
 )
 def test_entry_point_invalid_config_exits_2(override):
     """No traceback, nothing launched, no run directory."""
-    proc, _ = _run("launch.train", "--config=configs/apex_cartpole.py", override)
+    proc = _run("launch.train", "--config=configs/apex_cartpole.py", override)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == (
         "apex: invalid configuration: replay.capacity=-5 is invalid: expected an integer >= 1"
@@ -473,14 +468,14 @@ def test_entry_point_invalid_config_exits_2(override):
     "server", [pytest.param("--server=localhost:1", id="replay_server_unreachable")]
 )
 def test_entry_point_replay_server_unreachable_fails_fast(server):
-    """Nothing listens on localhost:1: one line at once, not after --timeout."""
-    proc, seconds = _run("tools.replay", "stats", server, "--timeout=30")
+    """Nothing listens on localhost:1: one line at once, not after --timeout (300 s
+    here, past the subprocess's 110 s hang guard: waiting it out fails the test)."""
+    proc = _run("tools.replay", "stats", server, "--timeout=300")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stderr.strip() == (
         "tools.replay: cannot reach the Reverb server localhost:1: Connection refused "
         "(is the program running?)"
     ), proc.stderr[-2000:]
-    assert seconds < 20
 
 
 # --------------------------------------------------------------------------- the doc

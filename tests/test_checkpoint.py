@@ -4,7 +4,6 @@ are checkpointed, stopped by signals or killed, and resumed."""
 import json
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -103,8 +102,8 @@ def test_launch_refuses_a_run_dir_with_a_run_but_no_complete_checkpoint(tmp_path
 
 
 def test_learner_state_round_trips_exactly(reverb_server, small_config):
-    from apex.learner import Learner
     from apex.envs import env_spec
+    from apex.learner import Learner
 
     spec = env_spec(small_config.env)
     address = f"localhost:{reverb_server.port}"
@@ -157,6 +156,7 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
     from launch.nodes import ActorNode, CoordinatorNode, LearnerNode
     from launch.program import make_program
     from launch.testing import find_nodes
+    from tests.procs import wait_until
 
     c = small_config
     c.actor.num_actors = 2
@@ -174,11 +174,11 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
         learner = learner_node.create_handle().dereference()
         for _ in range(25):
             learner.step()
-        deadline = time.time() + 30  # the coordinator has heard from both actors
         (coord_node,) = find_nodes(program, CoordinatorNode)
         coordinator = coord_node.create_handle().dereference()
-        while time.time() < deadline and coordinator.get_counts()["env_steps"] == 0:
-            time.sleep(0.2)
+        wait_until(  # the coordinator has heard from the actors
+            lambda: coordinator.get_counts()["env_steps"] > 0, 120, "actor steps at the coordinator"
+        )
         path = learner.checkpoint()
         saved = checkpointing.load(path)
         saved_table, saved_priorities = _table_priorities(saved.replay_path)
@@ -227,8 +227,9 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, *_LONG_RUN, learner_steps=200)
-    out, gone_in = interrupt(proc, token, lambda: proc.send_signal(signal.SIGTERM), 60)
-    assert gone_in < 30, out[-3000:]
+    out = interrupt(proc, token, lambda: proc.send_signal(signal.SIGTERM))
+    assert proc.returncode == 143, out[-3000:]  # 128 + SIGTERM: stopped by a signal
+    assert "did not terminate in time" not in out, out[-3000:]  # inside the stop window
     assert "checkpoint (stop)" in out, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
@@ -284,7 +285,7 @@ def test_sigkill_of_an_actor_stops_the_program_in_order_with_a_checkpoint(tmp_pa
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, "--config.stop.max_wall_seconds=300")
     pid = read_heartbeats(run_dir)["actor_1"]["pid"]
-    out, gone_in = interrupt(proc, token, lambda: os.kill(pid, signal.SIGKILL), 90)
+    out = interrupt(proc, token, lambda: os.kill(pid, signal.SIGKILL))
     assert proc.returncode == 1, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
@@ -292,39 +293,38 @@ def test_sigkill_of_an_actor_stops_the_program_in_order_with_a_checkpoint(tmp_pa
     assert f"actor_1 (pid {pid}) exited without stopping" in summary["failure"]
     assert "checkpoint (stop)" in out
     assert checkpointing.load(checkpointing.latest_complete(run_dir)).step > 100
-    assert gone_in < 30
+    assert "did not terminate in time" not in out, out[-3000:]
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_sigkill_of_the_launcher_leaves_no_orphan_and_a_final_checkpoint(tmp_path):
     """Launchpad cannot clean up after a killed launcher: every node notices on its own."""
-    from tests.procs import kill_tree, seconds_until_gone, start_learning
+    from tests.procs import kill_tree, start_learning, wait_until_gone
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, *_LONG_RUN)
     try:
         proc.kill()
         proc.wait()
-        gone_in = seconds_until_gone(token, time.time())
+        wait_until_gone(token)  # every node noticed on its own and exited
     finally:
         kill_tree(proc, token)
-    assert gone_in < 30
     final = checkpointing.load(checkpointing.latest_complete(run_dir))
     assert final.step > 100 and sum(final.state["actor_steps"].values()) > 0
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
-def test_ctrl_c_to_the_process_group_writes_a_final_checkpoint_and_exits_0(tmp_path):
+def test_ctrl_c_to_the_process_group_writes_a_final_checkpoint_and_exits_130(tmp_path):
     """What a terminal's Ctrl-C does: SIGINT to the launcher and every node at once."""
     from tests.procs import interrupt, start_learning
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, *_LONG_RUN, new_session=True)
-    out, gone_in = interrupt(proc, token, lambda: os.killpg(proc.pid, signal.SIGINT), 60)
-    assert proc.returncode == 0, out[-3000:]
-    assert gone_in < 30
+    out = interrupt(proc, token, lambda: os.killpg(proc.pid, signal.SIGINT))
+    assert proc.returncode == 130, out[-3000:]  # 128 + SIGINT, as a shell expects
+    assert "Traceback" not in out, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["stop_reason"] == "stopped"

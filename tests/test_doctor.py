@@ -16,6 +16,7 @@ from apex.envs import env_spec
 from apex.replay.inspect import table_stats
 from apex.replay.tables import TRANSITIONS_TABLE, make_tables
 from apex.replay.writer import TransitionWriter
+from tests.procs import wait_until
 from tools.status import format_status, status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,8 +58,13 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
 
     threading.Thread(target=act, daemon=True).start()
     try:
-        assert not done.wait(2.0), "the insert should be held by the rate limiter"
-        s = status(run_dir, stall_seconds=1.0)
+        # The doctor names the hold once the actor has been inserting for stall_seconds.
+        s = wait_until(
+            lambda: _with_findings(status(run_dir, stall_seconds=1.0)),
+            60,
+            "tools.status to report the held insert",
+        )
+        assert not done.is_set(), "the insert should be held by the rate limiter"
         (finding,) = s["findings"]
         assert finding["reason"] == "actor_blocked_on_insert" and finding["node"] == "actor_0"
         assert "the rate limiter holds inserts" in finding["message"]
@@ -83,14 +89,21 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
                 list(client.sample(TRANSITIONS_TABLE, num_samples=10, emit_timesteps=False))
 
         threading.Thread(target=sample_until_drained, daemon=True).start()
-        assert done.wait(30)
-        time.sleep(0.5)
-        assert status(run_dir, stall_seconds=1.0)["findings"] == []
+        assert done.wait(60)
+        wait_until(
+            lambda: status(run_dir, stall_seconds=1.0)["findings"] == [],
+            60,
+            "the finding to clear once the actor is acting again",
+        )
         assert writer.close(timeout=30)  # the last chunk goes out while sampling goes on
         drain.set()
     finally:
         beat.close()
         server.stop()
+
+
+def _with_findings(s: dict) -> dict | None:
+    return s if s["findings"] else None
 
 
 def test_learner_waiting_for_samples_names_the_min_size(small_config, tmp_path):
@@ -105,17 +118,22 @@ def test_learner_waiting_for_samples_names_the_min_size(small_config, tmp_path):
     learner = Learner(c, env_spec(c.env), address, heartbeat=beat)
     stop = threading.Event()
     learner._should_stop = stop.is_set  # the step gives up at the next sampling timeout
-    threading.Thread(target=lambda: _step_quietly(learner), daemon=True).start()
+    stepping = threading.Thread(target=lambda: _step_quietly(learner), daemon=True)
+    stepping.start()
+    client = reverb.Client(address)
     try:
-        time.sleep(2.0)
-        table = table_stats(reverb.Client(address))[0]
-        findings = diagnose(hb.read_heartbeats(run_dir), table, stall_seconds=1.0)
+        findings = wait_until(
+            lambda: diagnose(hb.read_heartbeats(run_dir), table_stats(client)[0], 1.0),
+            60,
+            "the doctor to name the learner's wait",
+        )
         (finding,) = findings
         assert finding.reason == "learner_waiting_for_samples"
         assert "replay holds 0 items, below min_size 1,000" in finding.message
     finally:
         stop.set()
-        time.sleep(1.5)
+        stepping.join(timeout=60)
+        assert not stepping.is_alive(), "the learner's step did not give up after the stop"
         learner.close()
         beat.close()
         server.stop()
@@ -128,7 +146,7 @@ def _step_quietly(learner):
         pass
 
 
-def test_silent_node_and_stopped_node():
+def test_a_silent_node_is_named_and_a_stopped_node_is_not():
     now = 1000.0
     beats = {
         "actor_1": {"pid": 1, "time": now - 100, "state": hb.ACTING, "state_since": now - 200},
@@ -140,17 +158,30 @@ def test_silent_node_and_stopped_node():
 
 
 def test_stack_dump_on_sigusr1_goes_to_the_run_dir(tmp_path):
+    # The process prints the dump's path, signals itself, then waits for the dump.
     code = (
-        "import os, signal, sys, time; from apex.heartbeat import register_stack_dump; "
-        f"p = register_stack_dump({str(tmp_path)!r}, 'node'); "
-        "os.kill(os.getpid(), signal.SIGUSR1); time.sleep(0.2); print(p)"
+        "import os, signal, sys; from apex.heartbeat import register_stack_dump; "
+        f"p = register_stack_dump({str(tmp_path)!r}, 'node'); print(p, flush=True); "
+        "os.kill(os.getpid(), signal.SIGUSR1); sys.stdin.read()"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    path = out.stdout.strip()
-    assert path.startswith(str(tmp_path)) and os.path.basename(path).startswith("node-")
-    assert "most recent call first" in open(path).read()
+    try:
+        path = proc.stdout.readline().strip()
+        assert path.startswith(str(tmp_path)) and os.path.basename(path).startswith("node-")
+        wait_until(
+            lambda: os.path.exists(path) and "most recent call first" in open(path).read(),
+            60,
+            f"a stack dump in {path}",
+        )
+    finally:
+        proc.kill()
+        proc.communicate()
 
 
 def test_coordinator_logs_a_finding_once_per_minute(small_config, tmp_path):
@@ -160,16 +191,13 @@ def test_coordinator_logs_a_finding_once_per_minute(small_config, tmp_path):
 
     run_dir = str(tmp_path)
     small_config.logging.stall_seconds = 5.0
-    beat = hb.Heartbeat(run_dir, "actor_0", period=0)  # writes nothing by itself
+    out = io.StringIO()
+    coord = Coordinator(small_config, run_dir, time.time(), out=out)
+    beat = hb.Heartbeat(None, "actor_0", period=0)  # sends nothing by itself
     beat.enter(hb.ACTING)
     data = beat.beat()
     data["time"] -= 60  # a heartbeat a minute old: the actor is silent
-    os.makedirs(os.path.join(run_dir, "heartbeats"), exist_ok=True)
-    from apex.jsonio import write_json_atomic
-
-    write_json_atomic(os.path.join(run_dir, "heartbeats", "actor_0.json"), data)
-    out = io.StringIO()
-    coord = Coordinator(small_config, run_dir, time.time(), out=out)
+    coord.heartbeat(data)  # as the actor's beat RPC delivers it
     now = time.time()
     (f,) = coord.check_health(now)
     coord.check_health(now + 1)  # the same finding is not repeated within 60 s

@@ -4,33 +4,27 @@ import numpy as np
 import pytest
 import reverb
 
-from apex.learner import Learner
 from apex.envs import env_spec
+from apex.learner import Learner
 from apex.replay.tables import TRANSITIONS_TABLE
 from apex.replay.writer import TransitionWriter
+from tests.fakes import FakeVariableSource
 
 
 def fill(address, config, n):
     from apex.agents.dqn.acting import VectorActor
+    from apex.agents.dqn.networks import QNetwork
 
     client = reverb.Client(address)
-    learner_like = _Weights(config)
+    learner_like = FakeVariableSource(
+        QNetwork(4, 2, config.learner.hidden_sizes, seed=1).get_weights(), version=0
+    )
     with TransitionWriter(client, 0, np.full(config.actor.envs_per_actor, 0.5, np.float32)) as w:
         actor = VectorActor(config, 0, learner_like, w)
         while actor.items_written < n:
             actor.step()
         actor.close()
     return client
-
-
-class _Weights:
-    def __init__(self, config):
-        from apex.agents.dqn.networks import QNetwork
-
-        self.net = QNetwork(4, 2, config.learner.hidden_sizes, seed=1)
-
-    def get_variables(self):
-        return 0, self.net.get_weights(), {}
 
 
 @pytest.mark.timeout(120)

@@ -7,18 +7,20 @@ from tests.procs import run_train
 pytestmark = pytest.mark.learning
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
 def test_default_config_solves_cartpole(tmp_path):
     run_dir = str(tmp_path / "run")
-    # Fixed seed (config.seed = 0). Budget: 300 s wall; the default run solves in about a minute.
+    # Fixed seed (config.seed = 0). Budget: 600k env steps, not wall seconds (a
+    # loaded machine steps slower, it does not learn less per step). The default
+    # run solves at about 130k; the timeout is a hang guard only.
     _, s, _ = run_train(
         run_dir,
         "--config.stop.when_solved=true",
-        "--config.stop.max_wall_seconds=300",
-        "--config.stop.max_actor_steps=None",
-        timeout=400,
+        "--config.stop.max_wall_seconds=None",
+        "--config.stop.max_actor_steps=600000",
+        timeout=460,
     )
-    assert s["solved_at_wall_seconds"] is not None, s
+    assert s["solved_at_env_steps"] is not None and s["solved_at_env_steps"] <= 600000, s
     assert s["eval_return_mean"] >= 475.0
     assert s["stop_reason"] == "solved"
 
@@ -37,7 +39,7 @@ def test_r2d2_beats_feed_forward_dqn_on_masked_cartpole(tmp_path):
     # Same env-step budget for both; velocities hidden: observations are
     # (cart position, pole angle). Measured here: R2D2 reached 400-500 within
     # 400k env steps, feed-forward DQN stayed under 60.
-    budget = ["--config.stop.max_actor_steps=400000", "--config.stop.max_wall_seconds=240"]
+    budget = ["--config.stop.max_actor_steps=400000", "--config.stop.max_wall_seconds=None"]
     r2d2_dir = str(tmp_path / "r2d2")
     _, r2d2, _ = run_train(r2d2_dir, *budget, config="configs/r2d2_cartpole_masked.py", timeout=300)
     dqn_dir = str(tmp_path / "dqn")

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import signal
-import time
 
 import pytest
 
@@ -13,11 +12,11 @@ from apex.coordination import SUMMARY_KEYS
 from apex.heartbeat import read_heartbeats
 from tests.procs import (
     ROOT,
-    kill_tree,
+    interrupt,
     processes_with_token,
     run_train,
-    start_train,
-    wait_for_state,
+    start_learning,
+    wait_until_gone,
 )
 
 pytestmark = pytest.mark.integration
@@ -41,9 +40,9 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
     for key in SUMMARY_KEYS:
         assert key in s
     assert s["stop_reason"] == "max_wall_seconds"
-    assert 30 <= s["wall_seconds"] < 60
+    assert s["wall_seconds"] >= 30  # it ran until the criterion, not shorter
     assert s["env_steps"] > 1000 and s["learner_steps"] > 10
-    assert 0 < s["first_learner_step_seconds"] < 30
+    assert s["first_learner_step_seconds"] > 0
     assert s["samples_per_insert"] > 0 and s["eval_return_mean"] is not None
     assert "[apex" in out and "env_steps" in out  # the progress line reached the terminal
     # Run directory contents.
@@ -92,36 +91,26 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
     assert set(beats) == {"learner", "coordinator", "evaluator", "actor_0", "actor_1"}
     assert {b["state"] for b in beats.values()} == {"stopped"}
     assert beats["learner"]["counters"]["steps"] >= s["learner_steps"] > 0
-    # Nothing of the program is left.
-    deadline = time.time() + 10
-    while processes_with_token(token) and time.time() < deadline:
-        time.sleep(0.5)
-    assert processes_with_token(token) == []
+    wait_until_gone(token)  # nothing of the program is left
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_stops_every_process_within_30s_and_writes_summary(tmp_path, sig):
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT]
+)  # SIGTERM, and SIGINT to the group: test_checkpoint
+def test_signal_stops_every_process_and_writes_summary(tmp_path, sig):
     run_dir = str(tmp_path / "run")
-    proc, token = start_train(
-        run_dir, "--config.stop.max_wall_seconds=600", "--config.replay.min_size=500"
+    proc, token = start_learning(
+        run_dir,
+        "--config.stop.max_wall_seconds=600",
+        "--config.replay.min_size=500",
+        learner_steps=0,
     )
-    try:
-        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 0, timeout=150)
-        assert (
-            len(processes_with_token(token)) >= 4
-        )  # launcher + learner/replay + coordinator + actors
-        t0 = time.time()
-        proc.send_signal(sig)
-        proc.communicate(timeout=60)
-        while processes_with_token(token) and time.time() - t0 < 30:
-            time.sleep(0.2)
-        elapsed = time.time() - t0
-        left = processes_with_token(token)
-    finally:
-        kill_tree(proc, token)
-    assert left == [], [p.cmdline() for p in left]
-    assert elapsed < 30
+    # launcher + learner/replay + coordinator + actors
+    assert len(processes_with_token(token)) >= 4
+    out = interrupt(proc, token, lambda: proc.send_signal(sig))  # waits until none is left
+    assert proc.returncode == 128 + sig, out[-3000:]
+    assert "did not terminate in time" not in out, out[-3000:]  # inside the stop window
     s = read(os.path.join(run_dir, "summary.json"))
     assert s["learner_steps"] > 0 and s["stop_reason"] in ("stopped", "node failed")
 

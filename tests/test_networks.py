@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from apex.agents.dqn.losses import double_q_td, huber
 from apex.agents.dqn.networks import QNetwork, numpy_q_values
-from apex.agents.dqn.optim import Adam
+from apex.agents.optim import Adam
 
 
 @pytest.mark.parametrize("dueling", [False, True])

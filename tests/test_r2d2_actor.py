@@ -8,15 +8,7 @@ from apex.agents.r2d2.acting import RecurrentActor
 from apex.agents.r2d2.losses import sequence_priorities_np, sequence_td_np, train_mask_np
 from apex.agents.r2d2.networks import RecurrentQNetwork
 from apex.config import ApexConfig
-
-
-class Recorder:
-    def __init__(self):
-        self.items = []
-
-    def write(self, batch, priorities):
-        for i in range(len(priorities)):
-            self.items.append(({k: v[i] for k, v in batch.items()}, float(priorities[i])))
+from tests.fakes import FakeVariableSource, RecordingWriter
 
 
 def config():
@@ -36,20 +28,14 @@ def config():
 def test_stored_states_and_priorities_come_from_the_actors_own_network():
     c = config()
     net = RecurrentQNetwork((2,), 2, (16,), 8, seed=5)
-
-    class Source:
-        def get_variables(self):
-            return 1, net.get_weights(), {}
-
-    rec = Recorder()
-    actor = RecurrentActor(c, 0, Source(), rec)
-    while len(rec.items) < 60:
+    rec = RecordingWriter()
+    actor = RecurrentActor(c, 0, FakeVariableSource(net.get_weights(), version=1), rec)
+    while rec.items_written < 60:
         actor.step()
-    starts = {
-        j: [d for d, _ in rec.items if d["slot"] == j and d["start_step"] == 0] for j in range(3)
-    }
+    items = rec.items()
+    starts = {j: [d for d, _ in items if d["slot"] == j and d["start_step"] == 0] for j in range(3)}
     checked_states = 0
-    for data, prio in rec.items:
+    for data, prio in items:
         # Unroll the network from the stored state over the item: same Q as the actor saw.
         q = net.unroll(
             tf.constant(data["obs"][None]),
@@ -85,4 +71,4 @@ def test_stored_states_and_priorities_come_from_the_actors_own_network():
                 np.testing.assert_allclose(state[1].numpy()[0], data["state_c"], atol=1e-5)
                 checked_states += 1
     assert checked_states > 0
-    assert actor.items_written == len(rec.items)
+    assert actor.items_written == len(items)

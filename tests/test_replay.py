@@ -11,6 +11,7 @@ from apex.replay.tables import (
     unpack_transitions,
 )
 from apex.replay.writer import TransitionWriter
+from tests.procs import wait_until
 
 
 def batch_of(n, version=3):
@@ -93,7 +94,6 @@ def test_writer_held_by_the_rate_limiter_waits_then_returns_at_a_stop():
     max_in_flight_items unconfirmed; a stop request ends the wait (no hang) and
     close() reports the items it could not deliver."""
     import threading
-    import time
 
     from apex.config import ApexConfig
     from apex.envs import env_spec
@@ -110,11 +110,18 @@ def test_writer_held_by_the_rate_limiter_waits_then_returns_at_a_stop():
         w = TransitionWriter(
             client, 0, np.full(4, 0.1, np.float32), max_in_flight_items=8, should_stop=stop.is_set
         )
-        threading.Timer(1.0, stop.set).start()
-        t0 = time.time()
+
+        def stop_once_held() -> None:  # the limiter has let in all it will
+            wait_until(
+                lambda: client.server_info()[TRANSITIONS_TABLE].current_size >= 10,
+                60,
+                "inserts up to the rate limiter's bound",
+            )
+            stop.set()
+
+        threading.Thread(target=stop_once_held, daemon=True).start()
         w.write(batch_of(64), np.ones(64))
-        waited = time.time() - t0
-        assert 1.0 <= waited < 10  # held until the stop, then returned
+        assert stop.is_set()  # held until the stop, then returned
         assert w.items_written == 64
         size = client.server_info()[TRANSITIONS_TABLE].current_size
         assert 10 <= size <= 16  # what the rate limiter let in

@@ -103,6 +103,7 @@ def test_library_views_of_a_live_snapshot(filled):
     assert sample_count(client) == before
 
 
+@pytest.mark.integration  # several CLI processes against a live server (~20 s)
 def test_cli_live_and_offline_give_the_same_numbers(filled, tmp_path):
     server, client, ckpt_root, _ = filled
     before = sample_count(client)

@@ -33,14 +33,15 @@ _STALL = flags.DEFINE_float(
 RUN_DIR_MARKERS = ("config.json", "heartbeats", "replay_address")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _alive(beat: dict, now: float) -> bool:
+    """A node on this host: its process runs; on another host: it beat recently
+    (5 periods, at least 10 s)."""
+    from apex.heartbeat import HOST, pid_alive
+
+    if beat.get("host", HOST) == HOST:
+        return pid_alive(int(beat.get("pid") or 0))
+    period = float(beat.get("period_seconds") or 1.0)
+    return now - float(beat.get("received", beat["time"])) <= max(10.0, 5 * period)
 
 
 def _replay_table(run_dir: str) -> dict | None:
@@ -73,7 +74,7 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     table = _replay_table(run_dir)
     nodes = {}
     for name, b in beats.items():
-        nodes[name] = {**b, "alive": _alive(int(b["pid"])), "age_seconds": now - b["time"]}
+        nodes[name] = {**b, "alive": _alive(b, now), "age_seconds": now - b["time"]}
     findings = diagnose(beats, table, stall_seconds, now)
     return {
         "run_dir": run_dir,
@@ -85,12 +86,16 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
 
 
 def format_status(s: dict) -> str:
+    from apex.heartbeat import HOST, STOPPED
+
     lines = [f"run {s['run_dir']}"]
     lines.append(
         f"{'node':<12} {'pid':>7} {'alive':<5} {'beat':>7}  {'rate/s':>9}  {'RSS MiB':>8}  state"
     )
     for name, n in s["nodes"].items():
-        rate = n.get("rate_per_second")
+        # A stopped or dead node has no current rate: its last one would read as live.
+        rate = n.get("rate_per_second") if n["alive"] and n["state"] != STOPPED else None
+        where = "" if n.get("host", HOST) == HOST else f" on {n['host']}"
         rss = n.get("rss_mb")
         counters = ", ".join(f"{k} {v:,}" for k, v in n.get("counters", {}).items())
         lines.append(
@@ -99,6 +104,7 @@ def format_status(s: dict) -> str:
             f"{'-' if rss is None else f'{rss:,.0f}':>8}  "
             f"{n['state']} (for {n['state_seconds'] + n['age_seconds']:.1f} s)"
             + (f"; {counters}" if counters else "")
+            + where
         )
     if not s["nodes"]:
         lines.append("(no heartbeats in RUN_DIR/heartbeats: not an apex run, or not started)")
@@ -120,8 +126,11 @@ def format_status(s: dict) -> str:
 
 
 def dump_stacks(run_dir: str, nodes: dict) -> list[str]:
-    """SIGUSR1 to every live node process; returns the stack files written."""
-    pids = {int(n["pid"]) for n in nodes.values() if n["alive"]}
+    """SIGUSR1 to every live node process of this host; returns the stack files
+    written (actors print their stacks to their own log instead)."""
+    from apex.heartbeat import HOST
+
+    pids = {int(n["pid"]) for n in nodes.values() if n["alive"] and n.get("host", HOST) == HOST}
     for pid in pids:
         try:
             os.kill(pid, signal.SIGUSR1)

@@ -1,0 +1,56 @@
+"""Runs one node command and passes its output on as whole, filtered lines.
+
+Launchpad's local_mp (`--terminal=current_terminal`) starts every node through
+this instead of its `decorate_output` (apex.compat.use_line_output; why:
+apex.output). Usage, as the launcher builds it:
+
+    python -m launch.node_output TITLE COLOUR -- COMMAND...
+
+It ignores SIGINT/SIGTERM/SIGQUIT itself (as decorate_output does): Launchpad
+signals the node, and this process passes on every line the node writes until
+the node exits, then exits with the node's code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[3] != "--":
+        print("usage: python -m launch.node_output TITLE COLOUR -- COMMAND...", file=sys.stderr)
+        return 2
+    title, colour, command = argv[1], int(argv[2]), argv[4:]
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    from apex.output import LineFilter, verbose
+
+    out = sys.stdout.fileno()
+    lines = LineFilter(f"[{title}] ", colour, tty=os.isatty(out), keep_all=verbose())
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # the node's prints reach us as they happen
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        # The node must react to Launchpad's signals: restore the defaults we ignore.
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (2, 15, 3)],
+    )
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        for line in lines.feed(data):
+            os.write(out, line)
+    for line in lines.flush():
+        os.write(out, line)
+    return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,107 @@
+"""The control plane: beats, liveness, 'finished' and remote metrics travel as
+calls to the coordinator; nothing is read back from files to decide."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from apex import heartbeat as hb
+from apex.coordination import Coordinator
+from apex.metrics import RemoteMetrics, read_jsonl
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _beat(node, state=hb.ACTING, host=hb.HOST, pid=None, t=1000.0):
+    return {"node": node, "host": host, "pid": pid or os.getpid(), "time": t, "state": state}
+
+
+def test_a_node_whose_process_is_gone_without_stopping_is_dead_and_not_finished_waiting():
+    store = hb.HeartbeatStore()
+    store.record(_beat("actor_0", pid=_dead_pid()))
+    store.record(_beat("actor_1"))
+    assert [b["node"] for b in store.dead()] == ["actor_0"]
+    assert store.finished("actor_0") is True  # gone: nobody waits for it
+    assert store.finished("actor_1") is False
+    assert store.finished("learner") is None
+    assert not store.all_finished("actor_")
+
+
+def test_a_stopped_node_is_finished_and_not_dead():
+    store = hb.HeartbeatStore()
+    store.record(_beat("learner", state=hb.STOPPED, pid=_dead_pid()))
+    assert store.finished("learner") is True and store.dead() == []
+
+
+def test_a_node_on_another_host_is_judged_by_silence_not_by_a_local_pid(monkeypatch):
+    store = hb.HeartbeatStore(silent_after=30.0)
+    store.record(_beat("actor_3", host="other-host", pid=_dead_pid()))
+    received = store.beats()["actor_3"]["received"]
+    assert store.dead(now=received + 29.0) == []  # its pid means nothing here
+    assert [b["node"] for b in store.dead(now=received + 31.0)] == ["actor_3"]
+
+
+def test_the_coordinator_stops_the_program_naming_a_node_that_died(small_config):
+    c = Coordinator(small_config, "", start_time=time.time())
+    pid = _dead_pid()
+    c.heartbeat(_beat("actor_1", pid=pid))
+    c.heartbeat(_beat("learner"))
+    failure = c.check_nodes()
+    assert failure == (
+        f"actor_1 (pid {pid}) exited without stopping (killed, e.g. SIGKILL or out of memory)"
+    )
+    assert c.check_stop() == "node failed"
+    assert c.summary()["failure"] == failure
+
+
+def test_a_silent_remote_node_is_named_with_its_host(small_config):
+    c = Coordinator(small_config, "", start_time=time.time(), silent_after=5.0)
+    c.heartbeat(_beat("actor_0", host="far"))
+    received = c.heartbeats.beats()["actor_0"]["received"]
+    failure = c.check_nodes(now=received + 6.0)
+    assert failure.startswith("actor_0 on far (pid ") and "no heartbeat for 5 s" in failure
+
+
+def test_beats_reach_the_coordinator_and_its_files_and_the_last_one_says_stopped(
+    tmp_path, small_config
+):
+    run_dir = str(tmp_path)
+    c = Coordinator(small_config, run_dir, start_time=time.time())
+    beat = hb.Heartbeat(c.heartbeat, "actor_0", period=3600, counters=lambda: {"env_steps": 7})
+    assert c.node_finished("actor_0") is False
+    beat.close()
+    assert c.node_finished("actor_0") is True
+    with open(os.path.join(run_dir, "heartbeats", "actor_0.json")) as f:
+        written = json.load(f)
+    assert written["state"] == hb.STOPPED and written["counters"] == {"env_steps": 7}
+    assert written["host"] == hb.HOST
+
+
+def test_rows_of_a_remote_node_are_written_by_the_coordinator_with_their_own_time(
+    tmp_path, small_config
+):
+    run_dir = str(tmp_path)
+    c = Coordinator(small_config, run_dir, start_time=time.time())
+    metrics = RemoteMetrics(c, "actor_2", "actor/env_steps")
+    metrics.write({"actor/env_steps": 10, "actor/episodes": 1})
+    metrics.write({"actor/env_steps": 20, "actor/episodes": 2})
+    c.close()
+    rows = read_jsonl(os.path.join(run_dir, "metrics", "actor_2.jsonl"))
+    assert [r["actor/env_steps"] for r in rows] == [10, 20]
+    assert rows[0]["time"] <= rows[1]["time"]
+    with open(os.path.join(run_dir, "metrics", "actor_2.csv")) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "time,step,key,value" and lines[-1].split(",")[1] == "20"
+
+
+def test_the_learner_gets_the_run_counters_in_reply_to_its_report(small_config):
+    c = Coordinator(small_config, "", start_time=time.time())
+    c.report_actor(0, 1234, 5, [])
+    counters = c.report_learner(17, None, {})
+    assert counters["learner_steps"] == 17 and counters["actor_steps"] == {"0": 1234}

@@ -1,0 +1,143 @@
+"""What a user reads: whole lines in a pipe, no colour codes or carriage
+returns off a terminal, library noise filtered, one summary equal to
+summary.json, node logs in RUN_DIR/logs, conventional exit codes."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from apex.output import FilteredStdout, LineFilter
+
+
+def test_lines_split_across_reads_come_out_whole_and_prefixed():
+    f = LineFilter("[actor/0] ")
+    assert f.feed(b"first li") == []
+    assert f.feed(b"ne\nsecond\nthi") == [b"[actor/0] first line\n", b"[actor/0] second\n"]
+    assert f.flush() == [b"[actor/0] thi\n"]
+
+
+def test_off_a_terminal_colour_codes_go_and_apex_lines_keep_no_node_prefix():
+    f = LineFilter("[coordinator/0] ", colour=33, tty=False)
+    out = f.feed(b"\x1b[1;33m[apex 5.0s] env_steps 10\x1b[0;0m\nplain\n")
+    assert out == [b"[apex 5.0s] env_steps 10\n", b"[coordinator/0] plain\n"]
+
+
+def test_on_a_terminal_the_prefix_is_coloured():
+    (line,) = LineFilter("[learner/0] ", colour=36, tty=True).feed(b"x\n")
+    assert line == b"\x1b[1;36m[learner/0] \x1b[0mx\n"
+
+
+def test_launchpads_carriage_return_countdown_becomes_one_line_and_nodes_drop_theirs():
+    launcher = LineFilter()
+    text = b"Waiting for workers to stop for 28s.\rWaiting for workers to stop for 27s.\r"
+    assert launcher.feed(text) == [b"Waiting for the nodes to stop (at most 28 s)\n"]
+    assert LineFilter("[actor/0] ").feed(text) == []
+
+
+def test_noise_is_dropped_unless_every_line_is_kept():
+    noise = (
+        b"I1201 14:36:53.198234 1 node.py:62] Reverb client connecting to: localhost:1\n"
+        b"[reverb/cc/x.cc:1] Sampler and server are owned by the same process (1)\n"
+        b"User-requested termination. Asking workers to stop.\n"
+        b"The number of pending items is alarmingly high, did you forget to call Flush?\n"
+    )
+    assert LineFilter("[n] ").feed(noise) == []
+    assert len(LineFilter("[n] ", keep_all=True).feed(noise)) == 4
+    assert LineFilter("[n] ").feed(b"ValueError: boom\n") == [b"[n] ValueError: boom\n"]
+
+
+def test_the_launchers_stdout_writes_each_line_with_one_write(tmp_path):
+    path = tmp_path / "out"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    out = FilteredStdout(fd)
+    out.write("[apex] a")
+    out.write("bc\n[apex] d\n")
+    out.close()
+    os.close(fd)
+    assert path.read_text() == "[apex] abc\n[apex] d\n"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_piped_run_shows_progress_as_it_goes_and_one_summary_equal_to_summary_json(tmp_path):
+    from tests.procs import ROOT, TOKEN_VAR, kill_tree
+
+    run_dir = str(tmp_path / "run")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--config=configs/apex_cartpole.py",
+            f"--config.run_dir={run_dir}",
+            "--config.stop.max_wall_seconds=None",
+            "--config.stop.max_actor_steps=40000",
+            "--config.logging.progress_period_seconds=1",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, **{TOKEN_VAR: "output-test"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    lines, summary_existed = [], []
+    summary_path = os.path.join(run_dir, "summary.json")
+
+    def read() -> None:
+        for raw in proc.stdout:
+            line = raw.decode()
+            if re.match(r"\[apex +[0-9.]+s\] env_steps", line):
+                summary_existed.append(os.path.exists(summary_path))
+            lines.append(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        proc.wait(timeout=240)
+        reader.join(30)
+    finally:
+        kill_tree(proc, "output-test")
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 0, err[-3000:]
+    text = "".join(lines)
+    assert "\x1b[" not in text and "\r" not in text
+    # Progress lines reached the pipe while the run went on, not in one lump at the end.
+    assert len(summary_existed) >= 2 and not summary_existed[0], text[-3000:]
+    # Every line is whole: apex's own, a node's (prefixed) or the stop countdown.
+    for line in lines:
+        assert re.match(r"(\[apex[ \]]|\[[a-z_]+/\d+\] |Waiting for the nodes)", line), line
+    assert "Reverb client connecting" not in text and "User-requested termination" not in text
+    printed = [
+        json.loads(line.split("summary: ", 1)[1]) for line in lines if "] summary: {" in line
+    ]
+    assert len(printed) == 1
+    with open(summary_path) as f:
+        summary = json.load(f)
+    assert printed[0] == {k: summary[k] for k in printed[0]}
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_output_to_files_writes_one_log_per_node_into_the_run_dir(tmp_path):
+    from tests.procs import run_train
+
+    run_dir = str(tmp_path / "run")
+    out, summary, _ = run_train(
+        run_dir,
+        "--terminal=output_to_files",
+        "--config.stop.max_wall_seconds=None",
+        "--config.stop.max_actor_steps=5000",
+        timeout=240,
+    )
+    logs = os.path.join(run_dir, "logs")
+    assert f"node output: {logs}" in out
+    names = sorted(
+        os.path.relpath(os.path.join(d, f), logs) for d, _, files in os.walk(logs) for f in files
+    )
+    assert names == ["actor/0", "actor/1", "coordinator/0", "learner/0"], names
+    with open(os.path.join(logs, "coordinator/0")) as f:
+        assert "stopping: max_actor_steps" in f.read()
