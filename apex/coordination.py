@@ -35,6 +35,8 @@ SUMMARY_KEYS = (
     "learner_steps_per_second",
     "samples_per_insert",
     "eval_return_mean",
+    "best_eval_return_mean",
+    "best_eval_version",
     "solved_at_wall_seconds",
     "solved_at_env_steps",
 )
@@ -88,9 +90,11 @@ class Coordinator:
         self._learner_first_step: float | None = None
         self._learner_row: dict[str, Any] = {}
         self._eval: dict[str, Any] | None = None
-        self._best: tuple[float, float, int] | None = None  # (return, wall s, env steps)
+        # (return, wall s, env steps, param version); the learner keeps its parameters
+        self._best: tuple[float, float, int, int | None] | None = None
         self._table_stats: list[dict[str, Any]] = []
         self._reported: dict[tuple[str, str], float] = {}
+        self._doctor_lines = 0
         self.findings: list[Any] = []
         self._failure: str | None = None
         self._solved_at: tuple[float, int] | None = None
@@ -137,9 +141,21 @@ class Coordinator:
         writer.write(row)
 
     def close(self) -> None:
-        """Closes the metrics files of remote nodes."""
+        """Closes the metrics files of remote nodes; doctor.log says how the run went."""
         for writer in self._node_metrics.values():
             writer.close()
+        if self._doctor_lines == 0:
+            self._doctor_log(
+                "[apex doctor] no stall found in this run "
+                f"(logging.stall_seconds={self._config.logging.stall_seconds:g})"
+            )
+
+    def _doctor_log(self, line: str) -> None:
+        """Appends to RUN_DIR/doctor.log (which every run has, findings or not)."""
+        self._doctor_lines += 1
+        if self._run_dir:
+            with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
+                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
     # ------------------------------------------------------- checkpointing
     def checkpoint_state(self) -> dict[str, Any]:
@@ -176,7 +192,8 @@ class Coordinator:
                 for actor_id in self._actor_steps:
                     self._actor_start[actor_id] = self._start + state["first_actor_seconds"]
             self._eval = state.get("eval")
-            self._best = tuple(state["best_eval"]) if state.get("best_eval") else None
+            best = state.get("best_eval")
+            self._best = (*best, None)[:4] if best else None  # older checkpoints: no version
             self._solved_at = tuple(state["solved_at"]) if state.get("solved_at") else None
             self._resumed_from = checkpoint_path or None
 
@@ -242,8 +259,8 @@ class Coordinator:
                 "time": now,
                 "env_steps": self.env_steps,
             }
-            if self._best is None or return_mean > self._best[0]:
-                self._best = (float(return_mean), now - self._start, self.env_steps)
+            if self._best is None or return_mean >= self._best[0]:  # as the learner keeps it
+                self._best = (float(return_mean), now - self._start, self.env_steps, int(version))
             if self._solved_at is None and return_mean >= self._config.evaluation.target_return:
                 self._solved_at = (now - self._start, self.env_steps)
 
@@ -309,11 +326,15 @@ class Coordinator:
                 "best_eval_return_mean": None if self._best is None else self._best[0],
                 "best_eval_at_wall_seconds": None if self._best is None else self._best[1],
                 "best_eval_at_env_steps": None if self._best is None else self._best[2],
+                "best_eval_version": None if self._best is None else self._best[3],
                 "target_return": self._config.evaluation.target_return,
                 "solved_at_wall_seconds": None if self._solved_at is None else self._solved_at[0],
                 "solved_at_env_steps": None if self._solved_at is None else self._solved_at[1],
                 "stop_reason": self.stop_reason,
                 "failure": self._failure,
+                # Unix time wall_seconds count from (a resumed run's clock continues):
+                # tools.plot draws every series against it.
+                "clock_start_time": self._start,
                 "policy_lag_p50_steps": self._learner_row.get("learner/policy_lag_p50_steps"),
                 "checkpoint": self._checkpoint,
                 "resumed_from": self._resumed_from,
@@ -454,9 +475,7 @@ class Coordinator:
                 self._reported[key] = now
                 line = f"[apex doctor] {f}"
                 print(line, file=self._out, flush=True)
-                if self._run_dir:
-                    with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
-                        log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+                self._doctor_log(line)
         self._reported = {k: v for k, v in self._reported.items() if k in active}
         return self.findings
 

@@ -16,12 +16,19 @@ from apex.metrics import MetricsWriter
 
 
 def evaluate(
-    config: ApexConfig, policy: ActingPolicy, episodes: int, epsilon: float, seed: int
-) -> np.ndarray:
+    config: ApexConfig,
+    policy: ActingPolicy,
+    episodes: int,
+    epsilon: float,
+    seed: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> np.ndarray | None:
     """Returns of `episodes` episodes run side by side with one batched forward pass per step.
 
     `policy` has its weights set; a recurrent policy starts every episode from
-    the zero state and carries it along.
+    the zero state and carries it along. `should_stop` is asked every step (an
+    Atari episode can last minutes): once it says stop, the episodes are
+    abandoned and None is returned.
     """
     envs = [make_env(config.env) for _ in range(episodes)]
     rng = np.random.default_rng(seed)
@@ -32,6 +39,8 @@ def evaluate(
         n_actions = envs[0].action_space.n
         state = policy.initial_state(episodes)
         while live.any():
+            if should_stop is not None and should_stop():
+                return None
             idx = np.flatnonzero(live)
             if state is None:
                 q, _ = policy(obs[idx])
@@ -64,8 +73,14 @@ class Evaluator:
         coordinator: Any = None,
         metrics: MetricsWriter | None = None,
         heartbeat: hb.Heartbeat | None = None,
+        best_sink: Any = None,
     ):
+        """`best_sink` (the learner) keeps the best evaluated parameters: it is
+        offered the weights of every evaluation at least as good as its best."""
         self._config = config
+        self._best_sink = best_sink
+        self._best_known: float | None = None
+        self._best_asked = False
         self._heartbeat = heartbeat
         self._source = variable_source
         self._coordinator = coordinator
@@ -74,7 +89,10 @@ class Evaluator:
         self.failures = 0
         self._policy = ActingPolicy(config, env_spec(config.env))
 
-    def evaluate_once(self) -> dict[str, float]:
+    def evaluate_once(
+        self, should_stop: Callable[[], bool] | None = None
+    ) -> dict[str, float] | None:
+        """One evaluation: its metrics row, or None if `should_stop` cut it short."""
         ec = self._config.evaluation
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.EVALUATING)
@@ -87,10 +105,13 @@ class Evaluator:
             ec.episodes,
             ec.epsilon,
             seed=self._config.seed + 10_000_000 + 1000 * self.evaluations,
+            should_stop=should_stop,
         )
-        self.evaluations += 1
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.IDLE)
+        if returns is None:
+            return None
+        self.evaluations += 1
         row = {
             "evaluator/return_mean": float(returns.mean()),
             "evaluator/return_min": float(returns.min()),
@@ -101,18 +122,30 @@ class Evaluator:
         }
         if self._metrics is not None:
             self._metrics.write(row)
+        self._offer_best(float(returns.mean()), int(version), weights)
         if self._coordinator is not None:
             self._coordinator.report_eval(
                 float(returns.mean()), int(version), [float(x) for x in returns]
             )
         return row
 
+    def _offer_best(self, return_mean: float, version: int, weights: list) -> None:
+        if self._best_sink is None:
+            return
+        if not self._best_asked:  # a resumed learner may hold a best already
+            best = self._best_sink.best()
+            self._best_known = None if best is None else float(best[0])
+            self._best_asked = True
+        if self._best_known is None or return_mean >= self._best_known:
+            if self._best_sink.offer_best(return_mean, version, [np.asarray(w) for w in weights]):
+                self._best_known = return_mean
+
     def run(self, should_stop: Callable[[], bool]) -> None:
         period = self._config.evaluation.period_seconds
         while not should_stop():
             t0 = time.time()
             try:
-                self.evaluate_once()
+                self.evaluate_once(should_stop)
             except Exception as err:  # noqa: BLE001 - the learner may be starting or gone
                 if should_stop():
                     break

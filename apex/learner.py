@@ -93,6 +93,10 @@ class Learner:
         self.steps = 0
         self.first_step_time: float | None = None
         self._weights_cache: tuple[int, list[np.ndarray]] = (0, self._online.get_weights())
+        # The best evaluated parameters: (return mean, version, weights), kept
+        # next to the latest in every checkpoint (the evaluator offers them).
+        self._best: tuple[float, int, list[np.ndarray]] | None = None
+        self._best_lock = threading.Lock()
         self._weights_wanted = False
         self._weights_cv = threading.Condition()
         self._training = False
@@ -387,6 +391,30 @@ class Learner:
         self._weights_cache = (version, weights)
         return version, weights, info
 
+    # --------------------------------------------------------- best params
+    def offer_best(self, return_mean: float, version: int, weights: list[np.ndarray]) -> bool:
+        """The evaluator's result for the parameters of `version`: kept as the best
+        if its evaluation mean is at least the best so far (a tie keeps the
+        newer, more trained one). Returns whether it was kept."""
+        shapes = [tuple(w.shape) for w in self._online.get_weights()]
+        if [tuple(np.shape(w)) for w in weights] != shapes:
+            raise ValueError(f"offer_best: weights of shapes {shapes} expected")
+        with self._best_lock:
+            if self._best is not None and return_mean < self._best[0]:
+                return False
+            self._best = (float(return_mean), int(version), [np.array(w) for w in weights])
+            return True
+
+    def best(self) -> tuple[float, int] | None:
+        """(return mean, version) of the best evaluated parameters, None before any."""
+        with self._best_lock:
+            return None if self._best is None else (self._best[0], self._best[1])
+
+    def best_variables(self) -> tuple[int, list[np.ndarray]] | None:
+        """(version, weights) of the best evaluated parameters, None before any."""
+        with self._best_lock:
+            return None if self._best is None else (self._best[1], list(self._best[2]))
+
     # ---------------------------------------------------------- checkpoints
     def _state_groups(self) -> dict[str, list]:
         return {
@@ -405,6 +433,12 @@ class Learner:
         for prefix, variables in self._state_groups().items():
             for i, v in enumerate(variables):
                 state[f"{prefix}/{i}"] = v.numpy()
+        with self._best_lock:
+            if self._best is not None:
+                state["best_return_mean"] = np.asarray(self._best[0], np.float64)
+                state["best_version"] = np.asarray(self._best[1], np.int64)
+                for i, w in enumerate(self._best[2]):
+                    state[f"best/{i}"] = np.asarray(w)
         return state
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
@@ -424,6 +458,15 @@ class Learner:
         self.steps = int(state["steps"])
         self._updater.max_priority = float(state.get("max_priority", 0.0))
         self._weights_cache = (self.steps, self._online.get_weights())
+        with self._best_lock:
+            self._best = None
+            if "best_version" in state:  # checkpoints before best params have none
+                n = len(self._online.weights)
+                self._best = (
+                    float(state["best_return_mean"]),
+                    int(state["best_version"]),
+                    [np.asarray(state[f"best/{i}"]) for i in range(n)],
+                )
 
     def checkpoint_now(self, reason: str = "requested", timeout: float = 120.0) -> str:
         """Writes a run checkpoint now (between two SGD steps if training); its path."""

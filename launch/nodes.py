@@ -163,6 +163,15 @@ class LearnerNode:
             # Until every actor is out of its last insert (bounded).
             self._learner.drain(STOP_WINDOW.actor_drain, until=self._actors_finished)
             if self._learner.checkpointer is not None and self._config.checkpoint.on_stop:
+                if self._learner.steps == 0:
+                    # Nothing trained: a checkpoint would be the actors' replay alone
+                    # (206 MB on Atari) and a long write inside the stop window.
+                    print(
+                        "[apex] no checkpoint at the stop: the learner has not trained yet "
+                        f"(it starts at replay.min_size={self._config.replay.min_size:,} items)",
+                        flush=True,
+                    )
+                    return
                 try:
                     self._learner.checkpointer.save(self._learner, reason="stop")
                 except Exception as err:  # noqa: BLE001 - say so; the periodic ones remain
@@ -214,6 +223,15 @@ class LearnerNode:
 
     def get_steps(self) -> int:
         return self._learner.steps
+
+    def offer_best(self, return_mean: float, version: int, weights) -> bool:
+        return self._learner.offer_best(return_mean, version, weights)
+
+    def best(self):
+        return self._learner.best()
+
+    def best_variables(self):
+        return self._learner.best_variables()
 
     def flush_priorities(self) -> None:
         self._learner.start_priority_updates()
@@ -364,6 +382,7 @@ class EvaluatorNode:
             config,
             learner,
             coordinator=coordinator,
+            best_sink=learner,
             metrics=_metrics(config, run_dir, "evaluator", "evaluator/evaluations"),
             heartbeat=self._heartbeat,
         )

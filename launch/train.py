@@ -306,6 +306,7 @@ def main(argv: list[str]) -> int:
     except Exception as err:  # noqa: BLE001 - a node failed: report it and still write the summary
         failed = err
     death = monitor.failure if monitor is not None else None
+    remove_empty_stack_files(run_dir)
     summary = _finalize_summary(run_dir, "node failed" if failed else "stopped", death)
     # The one summary: summary.json as the run left it.
     if summary is not None:
@@ -322,6 +323,27 @@ def main(argv: list[str]) -> int:
     code = exit_code(summary, failed is not None)
     sys.stdout.close()
     return code
+
+
+def remove_empty_stack_files(run_dir: str) -> None:
+    """Every node opens RUN_DIR/stacks/<node>-<pid>.txt up front (SIGUSR1's handler
+    needs an open file); those never written to are removed at the end."""
+    folder = os.path.join(run_dir, "stacks")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if os.path.getsize(path) == 0:
+                os.remove(path)
+        except OSError:
+            continue
+    try:
+        os.rmdir(folder)  # only if nothing is left
+    except OSError:
+        pass
 
 
 def launch_time() -> float:

@@ -254,6 +254,20 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
     assert look.returncode == 0, look.stderr[-2000:]
     assert f"reading the run's newest checkpoint {final.path}" in look.stderr
     assert json.loads(look.stdout)["checkpoint"] == os.path.join(final.path, "replay")
+    # stats and watch too: the numbers of that checkpoint, once, not "is it running?"
+    for verb in ("stats", "watch"):
+        look = subprocess.run(
+            [sys.executable, "-m", "tools.replay", verb, f"--run_dir={run_dir}", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert look.returncode == 0, (verb, look.stderr[-2000:])
+        assert f"reading the run's newest checkpoint {final.path}" in look.stderr, verb
+        out = json.loads(look.stdout)
+        tables = out["tables"] if verb == "watch" else out
+        assert tables[0]["size"] > 0, (verb, tables)
 
     # Resume: the counters continue from the checkpoint.
     proc, token = start_train(

@@ -72,3 +72,64 @@ def test_policy_lag_is_reported_for_sampled_batches(reverb_server, small_config)
     assert row["learner/policy_lag_max_steps"] == 2.0
     assert row["learner/steps"] == 3
     learner.close()
+
+
+def test_best_parameters_are_kept_next_to_the_latest_and_survive_a_checkpoint(
+    reverb_server, small_config
+):
+    """The evaluator offers each evaluation's weights; the learner keeps the best
+    (a tie keeps the newer), and get_state/set_state carry it."""
+    from apex.evaluation import Evaluator
+
+    address = f"localhost:{reverb_server.port}"
+    learner = Learner(small_config, env_spec(small_config.env), address)
+    assert learner.best() is None and "best_version" not in learner.get_state()
+    w = learner.get_variables()[1]
+    w2 = [x + 1.0 for x in w]
+    assert learner.offer_best(120.0, 3, w)
+    assert not learner.offer_best(80.0, 4, w2)  # worse: the best stays
+    assert learner.best() == (120.0, 3)
+    assert learner.offer_best(120.0, 5, w2)  # a tie keeps the newer
+    version, best_w = learner.best_variables()
+    assert version == 5
+    for a, b in zip(best_w, w2):
+        np.testing.assert_array_equal(a, b)
+    state = learner.get_state()
+    assert int(state["best_version"]) == 5 and float(state["best_return_mean"]) == 120.0
+
+    restored = Learner(small_config, env_spec(small_config.env), address)
+    restored.set_state(state)
+    assert restored.best() == (120.0, 5)
+    for a, b in zip(restored.best_variables()[1], w2):
+        np.testing.assert_array_equal(a, b)
+
+    # The evaluator offers only results at least as good as the learner's best.
+    small_config.evaluation.episodes = 1
+    evaluator = Evaluator(small_config, FakeVariableSource(w, version=9), best_sink=restored)
+    row = evaluator.evaluate_once()  # a random policy: far below 120 on CartPole
+    assert row["evaluator/return_mean"] < 120.0
+    assert restored.best() == (120.0, 5)
+    fresh = Learner(small_config, env_spec(small_config.env), address)
+    Evaluator(small_config, FakeVariableSource(w, version=9), best_sink=fresh).evaluate_once()
+    assert fresh.best()[1] == 9  # nothing was kept before: the first result is the best
+
+
+def test_an_evaluation_gives_way_to_a_stop_within_an_episode(small_config):
+    """A stop request cuts an evaluation short between two env steps: nothing is
+    reported, nothing is counted (an Atari episode can outlast the stop window)."""
+    from apex.evaluation import Evaluator
+
+    small_config.evaluation.episodes = 2
+    from apex.agents.dqn.networks import QNetwork
+
+    w = QNetwork(4, 2, small_config.learner.hidden_sizes, seed=0).get_weights()
+    asked = []
+
+    def stop_on_third_step() -> bool:
+        asked.append(1)
+        return len(asked) >= 3
+
+    evaluator = Evaluator(small_config, FakeVariableSource(w, version=1))
+    assert evaluator.evaluate_once(stop_on_third_step) is None
+    assert len(asked) == 3 and evaluator.evaluations == 0
+    assert evaluator.evaluate_once()["evaluator/evaluations"] == 1

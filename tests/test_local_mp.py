@@ -91,6 +91,12 @@ def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
     assert set(beats) == {"learner", "coordinator", "evaluator", "actor_0", "actor_1"}
     assert {b["state"] for b in beats.values()} == {"stopped"}
     assert beats["learner"]["counters"]["steps"] >= s["learner_steps"] > 0
+    # doctor.log is there, findings or not; no empty stack files are left behind.
+    with open(os.path.join(run_dir, "doctor.log")) as f:
+        assert "[apex doctor]" in f.read()
+    stacks = os.path.join(run_dir, "stacks")
+    if os.path.isdir(stacks):
+        assert all(os.path.getsize(os.path.join(stacks, n)) > 0 for n in os.listdir(stacks))
     wait_until_gone(token)  # nothing of the program is left
 
 

@@ -42,3 +42,30 @@ def test_plots_have_the_expected_series(tmp_path):
     assert names["band_returns.png"] == ["eps<0.01", "eps>=0.1"]  # default bands, as run
     for path in written:
         assert open(path, "rb").read(4) == b"\x89PNG" and os.path.getsize(path) > 5000
+
+
+def test_plots_count_seconds_from_the_runs_clock_not_the_first_row(tmp_path, monkeypatch):
+    """summary.json's clock_start_time (the launch) is the plots' zero, so that a
+    plot's 'solved at 26 s' is the summary's."""
+    import json
+
+    import tools.plot as plot
+
+    run_dir = str(tmp_path)
+    launch = 1_000_000.0
+    evaluator = MetricsWriter(run_dir, "evaluator", tensorboard=False)
+    evaluator.write({"time": launch + 10.0, "evaluator/return_mean": 500.0})
+    evaluator.close()
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump({"clock_start_time": launch, "wall_seconds": 30.0}, f)
+    zeros = []
+    series = plot._series
+
+    def recording(rows, key, t0):
+        zeros.append(t0)
+        return series(rows, key, t0)
+
+    monkeypatch.setattr(plot, "_series", recording)
+    plot.plot_run(run_dir)
+    assert zeros and set(zeros) == {launch}
+    assert series([{"time": launch + 10.0, "k": 1.0}], "k", launch) == ([10.0], [1.0])

@@ -154,3 +154,30 @@ def test_cli_refuses_a_half_written_checkpoint(tmp_path):
         timeout=120,
     )
     assert out.returncode == 2 and "half-written" in out.stderr
+
+
+@pytest.mark.integration  # a CLI process against a live server
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_watch_with_130_and_no_traceback(filled):
+    import signal
+
+    from tests.procs import ROOT, wait_until
+
+    server = filled[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.replay", "watch", f"--server=localhost:{server.port}"]
+        + ["--interval=0.2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = wait_until(proc.stdout.readline, 90, "watch's first table")
+        assert first.startswith("--- "), first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]

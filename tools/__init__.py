@@ -1,0 +1,24 @@
+"""Command-line tools: replay (inspect replay), status (a run's nodes), plot.
+
+`run_tool(main)` is every tool's entry: absl's app.run, with Ctrl-C ending the
+tool with exit code 130 and no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+
+def run_tool(main: Callable[[list[str]], int]) -> None:
+    """absl.app.run(main); a KeyboardInterrupt exits 130 (128 + SIGINT) quietly."""
+    from absl import app
+
+    def quiet(argv: list[str]) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("", file=sys.stderr)
+            return 130
+
+    app.run(quiet)

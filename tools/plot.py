@@ -11,11 +11,12 @@ Prints each file and the series it holds.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 
 _OUT = flags.DEFINE_string("out", None, "Where the PNGs go (default RUN_DIR/plots).")
 
@@ -25,6 +26,20 @@ def _rows(run_dir: str, name: str) -> list[dict[str, Any]]:
 
     path = os.path.join(run_dir, "metrics", f"{name}.jsonl")
     return read_jsonl(path) if os.path.exists(path) else []
+
+
+def _clock_start(run_dir: str) -> float | None:
+    """The run's clock (what summary.json's wall_seconds count from): the
+    launch, so that a plot's seconds agree with the summary's."""
+    for name in ("summary.json", "state.json"):
+        try:
+            with open(os.path.join(run_dir, name)) as f:
+                value = json.load(f).get("clock_start_time")
+        except (OSError, ValueError):
+            continue
+        if value is not None:
+            return float(value)
+    return None
 
 
 def _series(rows: list[dict], key: str, t0: float) -> tuple[list[float], list[float]]:
@@ -48,7 +63,7 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> dict[str, list[str]]:
     times = [r["time"] for rows in data.values() for r in rows[:1]]
     if not times:
         raise ValueError(f"no metrics rows in {metrics_dir}")
-    t0 = min(times)
+    t0 = _clock_start(run_dir) or min(times)
     coord = data.get("coordinator", [])
     written: dict[str, list[str]] = {}
 
@@ -154,4 +169,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from tools import run_tool
+
+    run_tool(main)

@@ -41,7 +41,7 @@ import socket  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 _SERVER = flags.DEFINE_string("server", None, "A live Reverb server, HOST:PORT.")
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "A live program's run directory.")
@@ -181,26 +181,39 @@ def _table(path: str) -> str:
     return names[0]
 
 
-def _stats() -> list:
+def _stats(command: str = "stats") -> tuple[list, bool]:
+    """(the tables' stats, whether they are live). A --run_dir whose server is
+    gone (a stopped run) falls back to the run's newest checkpoint, as the
+    other verbs do."""
     from apex.replay.inspect import checkpoint_stats, table_stats
 
-    if _CHECKPOINT.value:
-        path = _checkpoint_path("stats")
+    def from_checkpoint(path: str) -> tuple[list, bool]:
         stats = checkpoint_stats(path)
         if not stats:
             raise _Usage(f"the checkpoint {path} holds no tables")
-        return stats
+        return stats, False
+
+    if _CHECKPOINT.value:
+        return from_checkpoint(_checkpoint_path(command))
+    if _run_checkpoint_only():
+        return from_checkpoint(_run_checkpoint(command, "no replay_address"))
     address = _server()
     if address is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
-    return table_stats(_client(address), timeout=_TIMEOUT.value)
+    try:
+        client = _client(address)
+    except _Usage as err:
+        if _RUN_DIR.value and err.code == 1:  # a stopped run: its newest checkpoint
+            return from_checkpoint(_run_checkpoint(command, str(err)))
+        raise
+    return table_stats(client, timeout=_TIMEOUT.value), True
 
 
 def run(command: str) -> int:
     from apex.replay import inspect
 
     if command == "stats":
-        stats = _stats()
+        stats, _ = _stats()
         print(json.dumps(stats, indent=2) if _JSON.value else inspect.format_stats(stats))
     elif command == "watch":
         if _CHECKPOINT.value:
@@ -209,11 +222,14 @@ def run(command: str) -> int:
         while _COUNT.value == 0 or i < _COUNT.value:
             if i:
                 time.sleep(_INTERVAL.value)
-            stats = _stats()
+            stats, live = _stats("watch")
             stamp = time.strftime("%H:%M:%S")
             print(json.dumps({"time": stamp, "tables": stats}) if _JSON.value else f"--- {stamp}")
             if not _JSON.value:
                 print(inspect.format_stats(stats, signature=False), flush=True)
+            if not live:  # a stopped run's checkpoint does not change: once is enough
+                print("[tools.replay watch] the run has stopped: nothing to watch", file=sys.stderr)
+                break
             i += 1
     else:
         path = _checkpoint_path(command)
@@ -285,4 +301,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from tools import run_tool
+
+    run_tool(main)

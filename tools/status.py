@@ -21,7 +21,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 _STACKS = flags.DEFINE_bool("stacks", False, "Ask every live node to dump its stacks.")
 _JSON = flags.DEFINE_bool("json", False, "Print JSON instead of text.")
@@ -175,4 +175,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from tools import run_tool
+
+    run_tool(main)

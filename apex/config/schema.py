@@ -1,0 +1,243 @@
+"""The config dataclasses: every field of an apex program, with its default and
+what it means. Validation lives in apex.config.validation, the rate-limit
+planner in apex.config.planning, file loading and `--config.a.b=value`
+overrides in apex.config.overrides; `apex.config` re-exports all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+INSERT_PRIORITIES = ("actor_td", "max_seen", "constant")
+PREPROCESSING = ("none", "atari")
+TORSOS = ("mlp", "conv")
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    """Which Gymnasium environment the actors and the evaluator step."""
+
+    id: str = "CartPole-v1"
+    """Gymnasium id; must have a Discrete action space and a Box observation."""
+    max_episode_steps: int | None = None
+    """Overrides the env's own time limit (None keeps the registered one)."""
+    observation_indices: tuple[int, ...] | None = None
+    """Keep only these components of a vector observation (None: all). Masked
+    CartPole keeps (0, 2): cart position and pole angle, no velocities."""
+    preprocessing: str = "none"
+    """'none', or 'atari': no-op starts, frame skip with max-pool, grayscale,
+    resize (gymnasium's AtariPreprocessing), then an optional frame stack."""
+    frame_skip: int = 4
+    """Atari: emulator frames per agent step (the max of the last two is kept)."""
+    screen_size: int = 84
+    """Atari: observations are screen_size x screen_size grayscale."""
+    frame_stack: int = 1
+    """Atari: observations stacked per agent step (4 for feed-forward agents)."""
+    noop_max: int = 30
+    """Atari: at most this many no-op actions after each reset."""
+    terminal_on_life_loss: bool = False
+    """Atari: end episodes on a life loss (off: the standard since Machado et al.)."""
+    sticky_action_probability: float = 0.0
+    """Atari: ALE's repeat_action_probability (0: deterministic emulator)."""
+    clip_rewards: bool = False
+    """Clip rewards to [-1, 1] as the actors store them (the Ape-X Atari recipe)."""
+    fault_every: int | None = None
+    """Fault injection: each actor env raises InjectedFault on every N-th step
+    (None: never). For testing that actors restart; never set it for real runs."""
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    """The Reverb table of n-step transitions and its rate limiter."""
+
+    capacity: int = 20_000
+    """Maximum number of transitions kept; the oldest is removed first (FIFO)."""
+    min_size: int = 1_000
+    """Transitions that must be inserted before the learner may sample."""
+    samples_per_insert: float = 4.0
+    """Target ratio of sampled to inserted transitions (SampleToInsertRatio)."""
+    error_buffer: float | None = None
+    """Allowed deviation from samples_per_insert, in samples; None: auto."""
+    priority_exponent: float = 0.6
+    """Alpha of the Prioritized sampler: P(i) ~ p_i ** alpha."""
+    n_step: int = 3
+    """Number of rewards summed into each stored transition."""
+    discount: float = 0.99
+    """Per-step discount gamma; a stored transition carries gamma ** k or 0."""
+    insert_priority: str = "actor_td"
+    """Initial priority: actor_td (|n-step TD| from the actor), max_seen, constant."""
+    constant_priority: float = 1.0
+    """Priority used by insert_priority='constant' (and the first max_seen)."""
+    priority_epsilon: float = 1e-3
+    """Added to every |TD| so no transition gets priority 0."""
+    colocate_with_learner: bool = True
+    """Run the Reverb server in the learner's process (no gRPC on sampling)."""
+    port: int | None = None
+    """Fixed Reverb port (None: a free one is picked)."""
+
+
+@dataclasses.dataclass
+class R2D2Config:
+    """Sequences and recurrent learning; used when agent='r2d2'."""
+
+    sequence_length: int = 80
+    """Steps per stored sequence (L), burn-in included."""
+    sequence_period: int = 40
+    """Steps between the starts of consecutive sequences (P; overlap L - P)."""
+    burn_in: int = 40
+    """First steps of a sequence only unrolled from the stored state, no gradient."""
+    skip_burn_in_at_episode_start: bool = True
+    """A sequence that starts at an episode's first step has the exact (zero)
+    state, so all its L steps are trained: no step of a short episode is lost."""
+    lstm_size: int = 512
+    """LSTM units."""
+    priority_eta: float = 0.9
+    """Sequence priority eta * max|delta| + (1 - eta) * mean|delta|."""
+    value_rescaling: bool = True
+    """Learn h(Q) with h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (R2D2's
+    invertible value rescaling) instead of clipping rewards."""
+    value_rescaling_epsilon: float = 1e-3
+    """eps of h."""
+
+
+@dataclasses.dataclass
+class ActorConfig:
+    """Epsilon-greedy actors, each stepping a vector of envs."""
+
+    num_actors: int = 2
+    """Actor processes."""
+    envs_per_actor: int = 16
+    """Envs stepped by one actor with one batched forward pass per step."""
+    epsilon_base: float = 0.4
+    """Ape-X ladder: slot i of M gets epsilon_base ** (1 + alpha * i / (M - 1))."""
+    epsilon_alpha: float = 7.0
+    """Exponent spread of the Ape-X epsilon ladder."""
+    params_update_period: int = 400
+    """Env steps (summed over the actor's envs) between parameter pulls."""
+    report_period_seconds: float = 1.0
+    """Seconds between an actor's reports to the coordinator."""
+    max_restarts: int = 20
+    """Restarts of a failed actor (an exception in its envs or loop) before the
+    program is stopped with stop_reason 'node failed'."""
+    restart_backoff_seconds: float = 1.0
+    """First wait before restarting a failed actor; doubles per restart, at most 30 s."""
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    """Double DQN learner on prioritized n-step transitions."""
+
+    torso: str = "mlp"
+    """'mlp' (vector observations) or 'conv' (Nature-DQN convolutions, images)."""
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    """Widths of the dense layers (ReLU) after the torso's input (mlp) or its
+    convolutions (conv)."""
+    dueling: bool = False
+    """Use a dueling head (value + advantage)."""
+    batch_size: int = 64
+    """Transitions per SGD step."""
+    learning_rate: float = 2e-3
+    """Adam step size."""
+    adam_epsilon: float = 1e-8
+    """Adam epsilon."""
+    max_grad_norm: float = 10.0
+    """Global-norm gradient clipping."""
+    huber_delta: float = 1.0
+    """Huber loss threshold."""
+    target_update_period: int = 100
+    """SGD steps between target-network copies."""
+    importance_exponent: float = 0.4
+    """Beta of the importance-sampling weights (N * P(i)) ** -beta."""
+    num_sample_workers: int = 1
+    """Reverb sampling streams (worker threads) feeding the learner."""
+    in_flight_batches: int = 8
+    """Batches each sampling stream keeps requested ahead of the learner."""
+    prefetch_batches: int = 8
+    """Batches prefetched ahead of the SGD step."""
+    priority_update_period: int = 4
+    """SGD steps whose priority updates are merged into one Reverb call."""
+    seed: int = 0
+    """Seed of the network initialisation."""
+
+
+@dataclasses.dataclass
+class EvaluationConfig:
+    """Greedy evaluation on the latest parameters."""
+
+    episodes: int = 10
+    """Episodes per evaluation (run side by side)."""
+    epsilon: float = 0.0
+    """Exploration during evaluation (0: greedy)."""
+    period_seconds: float = 2.0
+    """Seconds between the starts of two evaluations."""
+    target_return: float = 475.0
+    """Mean evaluation return that counts as solved (CartPole-v1: 475)."""
+
+
+@dataclasses.dataclass
+class StopConfig:
+    """When the coordinator stops the program (the first reached wins)."""
+
+    max_actor_steps: int | None = 1_000_000
+    """Env steps summed over all actors (None: no limit)."""
+    max_learner_steps: int | None = None
+    """Learner SGD steps (None: no limit)."""
+    max_wall_seconds: float | None = 120.0
+    """Seconds since launch (None: no limit)."""
+    when_solved: bool = False
+    """Stop as soon as the evaluation reaches evaluation.target_return."""
+
+
+@dataclasses.dataclass
+class CheckpointConfig:
+    """Whole-run checkpoints in RUN_DIR/checkpoints (learner, counters, replay)."""
+
+    period_seconds: float | None = 60.0
+    """Seconds between two periodic checkpoints (None: only the one at the stop)."""
+    on_stop: bool = True
+    """Write a final checkpoint when the program stops in order (a stop
+    criterion, Ctrl-C, SIGTERM, a failed node)."""
+    keep: int = 2
+    """Complete checkpoints kept; older ones are deleted after a new one completes."""
+
+
+@dataclasses.dataclass
+class LoggingConfig:
+    """Terminal progress and metrics files."""
+
+    progress_period_seconds: float = 5.0
+    """Seconds between two progress lines (0 disables them)."""
+    metrics_period_seconds: float = 1.0
+    """Seconds between two metrics rows per component."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files to RUN_DIR/tensorboard/<component>."""
+    heartbeat_period_seconds: float = 1.0
+    """Seconds between two heartbeats of a node (RUN_DIR/heartbeats; 0 disables)."""
+    stall_seconds: float = 30.0
+    """A learner waiting for samples, or an actor held in an insert, this long
+    makes the coordinator log a named reason with the rate limiter's numbers."""
+    epsilon_bands: tuple[float, ...] = (0.01, 0.1)
+    """Band edges for per-epsilon-band returns and sample shares: (0.01, 0.1)
+    gives bands eps < 0.01, 0.01 <= eps < 0.1 and eps >= 0.1."""
+
+
+@dataclasses.dataclass
+class ApexConfig:
+    """A whole program: Ape-X DQN or R2D2."""
+
+    agent: str = "apex_dqn"
+    """A name in the agent registry (apex.agents.BUILDERS): 'apex_dqn' (feed-forward,
+    n-step transitions) or 'r2d2' (recurrent, sequences), or one you register."""
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    r2d2: R2D2Config = dataclasses.field(default_factory=R2D2Config)
+    actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+    stop: StopConfig = dataclasses.field(default_factory=StopConfig)
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    run_dir: str = ""
+    """Where metrics, config and summary.json go ('' : runs/<time>-<config>)."""
+    seed: int = 0
+    """Seed of envs and exploration; actor i, slot j uses seed + 1000 * i + j."""

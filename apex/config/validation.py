@@ -1,0 +1,201 @@
+"""`validate(config)`: runs before anything launches and raises a ConfigError
+naming the first invalid field, its value and what would be valid. Generic
+field rules are a table here; an agent's own checks are its builder's
+`validate` (apex.agents), the rate limiter's are apex.config.planning's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apex.agents import get_builder
+from apex.config.planning import check_rate_limits
+from apex.config.schema import INSERT_PRIORITIES, PREPROCESSING, TORSOS, ApexConfig
+from apex.errors import ConfigError
+
+
+def _check(cond: bool, field: str, value: Any, valid: str) -> None:
+    if not cond:
+        raise ConfigError(field, value, valid)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# Field rules: (dotted path, kind, optional). Kinds: "int>=0", "int>=1",
+# "num>0", "num>=0", "num in [0,1]", "num". Optional fields may be None.
+_RULES: tuple[tuple[str, str, bool], ...] = (
+    ("env.max_episode_steps", "int>=1", True),
+    ("env.frame_skip", "int>=1", False),
+    ("env.screen_size", "int>=1", False),
+    ("env.frame_stack", "int>=1", False),
+    ("env.noop_max", "int>=0", False),
+    ("env.sticky_action_probability", "num in [0,1]", False),
+    ("r2d2.sequence_length", "int>=2", False),
+    ("r2d2.sequence_period", "int>=1", False),
+    ("r2d2.burn_in", "int>=0", False),
+    ("r2d2.lstm_size", "int>=1", False),
+    ("r2d2.priority_eta", "num in [0,1]", False),
+    ("r2d2.value_rescaling_epsilon", "num>=0", False),
+    ("replay.capacity", "int>=1", False),
+    ("replay.min_size", "int>=1", False),
+    ("replay.samples_per_insert", "num>0", False),
+    ("replay.priority_exponent", "num in [0,1]", False),
+    ("replay.n_step", "int>=1", False),
+    ("replay.discount", "num in [0,1]", False),
+    ("replay.constant_priority", "num>0", False),
+    ("replay.priority_epsilon", "num>0", False),
+    ("actor.num_actors", "int>=1", False),
+    ("actor.envs_per_actor", "int>=1", False),
+    ("actor.epsilon_base", "num in [0,1]", False),
+    ("actor.epsilon_alpha", "num>=0", False),
+    ("actor.params_update_period", "int>=1", False),
+    ("actor.report_period_seconds", "num>0", False),
+    ("actor.max_restarts", "int>=0", False),
+    ("actor.restart_backoff_seconds", "num>=0", False),
+    ("env.fault_every", "int>=1", True),
+    ("checkpoint.period_seconds", "num>0", True),
+    ("checkpoint.keep", "int>=1", False),
+    ("learner.batch_size", "int>=1", False),
+    ("learner.learning_rate", "num>0", False),
+    ("learner.adam_epsilon", "num>0", False),
+    ("learner.max_grad_norm", "num>0", False),
+    ("learner.huber_delta", "num>0", False),
+    ("learner.target_update_period", "int>=1", False),
+    ("learner.importance_exponent", "num in [0,1]", False),
+    ("learner.num_sample_workers", "int>=1", False),
+    ("learner.in_flight_batches", "int>=1", False),
+    ("learner.prefetch_batches", "int>=0", False),
+    ("learner.priority_update_period", "int>=1", False),
+    ("evaluation.episodes", "int>=1", False),
+    ("evaluation.epsilon", "num in [0,1]", False),
+    ("evaluation.period_seconds", "num>0", False),
+    ("evaluation.target_return", "num", False),
+    ("stop.max_actor_steps", "int>=1", True),
+    ("stop.max_learner_steps", "int>=1", True),
+    ("stop.max_wall_seconds", "num>0", True),
+    ("logging.progress_period_seconds", "num>=0", False),
+    ("logging.metrics_period_seconds", "num>0", False),
+    ("logging.heartbeat_period_seconds", "num>=0", False),
+    ("logging.stall_seconds", "num>0", False),
+    ("seed", "int>=0", False),
+)
+
+_KINDS: dict[str, tuple[Any, str]] = {
+    "int>=0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "int>=1": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "int>=2": (lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
+    "num>0": (lambda v: _is_num(v) and v > 0, "a number > 0"),
+    "num>=0": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "num in [0,1]": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "num": (_is_num, "a number"),
+}
+
+
+def _get(config: Any, path: str) -> Any:
+    for name in path.split("."):
+        config = getattr(config, name)
+    return config
+
+
+def validate(config: ApexConfig) -> None:
+    """Raises ConfigError for the first invalid field; returns None if all are valid."""
+    c = config
+    _check(
+        isinstance(c.env.id, str) and bool(c.env.id),
+        "env.id",
+        c.env.id,
+        "a Gymnasium id such as 'CartPole-v1'",
+    )
+    builder = get_builder(c)  # ConfigError naming the registered agents
+    for path, choices in (
+        ("env.preprocessing", PREPROCESSING),
+        ("learner.torso", TORSOS),
+    ):
+        _check(_get(c, path) in choices, path, _get(c, path), f"one of {list(choices)}")
+    for path, kind, optional in _RULES:
+        value = _get(c, path)
+        if optional and value is None:
+            continue
+        ok, valid = _KINDS[kind]
+        _check(ok(value), path, value, f"None or {valid}" if optional else valid)
+
+    r, lr, s = c.replay, c.learner, c.stop
+    _check(
+        r.min_size <= r.capacity,
+        "replay.min_size",
+        r.min_size,
+        f"at most replay.capacity ({r.capacity}), or the learner could never sample",
+    )
+    _check(
+        r.insert_priority in INSERT_PRIORITIES,
+        "replay.insert_priority",
+        r.insert_priority,
+        f"one of {list(INSERT_PRIORITIES)}",
+    )
+    if r.port is not None:
+        _check(
+            _is_int(r.port) and 1 <= r.port <= 65535,
+            "replay.port",
+            r.port,
+            "None or a port in [1, 65535]",
+        )
+    _check(
+        isinstance(lr.hidden_sizes, (tuple, list))
+        and len(lr.hidden_sizes) >= 1
+        and all(_is_int(h) and h >= 1 for h in lr.hidden_sizes),
+        "learner.hidden_sizes",
+        lr.hidden_sizes,
+        "a non-empty tuple of integers >= 1, e.g. (128, 128)",
+    )
+    if c.env.observation_indices is not None:
+        _check(
+            isinstance(c.env.observation_indices, (tuple, list))
+            and len(c.env.observation_indices) >= 1
+            and all(_is_int(i) and i >= 0 for i in c.env.observation_indices),
+            "env.observation_indices",
+            c.env.observation_indices,
+            "None or a non-empty tuple of integers >= 0, e.g. (0, 2)",
+        )
+    builder.validate(c)  # the agent's own checks
+    _check(
+        lr.batch_size <= r.capacity,
+        "learner.batch_size",
+        lr.batch_size,
+        f"at most replay.capacity ({r.capacity})",
+    )
+    if r.error_buffer is not None:
+        _check(_is_num(r.error_buffer), "replay.error_buffer", r.error_buffer, "None or a number")
+        need = max(2.0 * max(1.0, r.samples_per_insert), float(lr.batch_size))
+        _check(
+            r.error_buffer >= need,
+            "replay.error_buffer",
+            r.error_buffer,
+            f"None or >= {need:g} (2 * max(1, samples_per_insert) and >= learner.batch_size); a smaller buffer "
+            "makes the rate limiter block the learner in the middle of a batch",
+        )
+    check_rate_limits(c)
+    _check(
+        s.max_actor_steps is not None
+        or s.max_learner_steps is not None
+        or s.max_wall_seconds is not None
+        or s.when_solved,
+        "stop",
+        "no limit",
+        "at least one of stop.max_actor_steps, stop.max_learner_steps, stop.max_wall_seconds, stop.when_solved",
+    )
+    bands = c.logging.epsilon_bands
+    _check(
+        isinstance(bands, (tuple, list))
+        and all(_is_num(b) and 0 < b < 1 for b in bands)
+        and list(bands) == sorted(set(bands)),
+        "logging.epsilon_bands",
+        bands,
+        "a tuple of increasing numbers in (0, 1), e.g. (0.01, 0.1), or ()",
+    )
+    _check(isinstance(c.run_dir, str), "run_dir", c.run_dir, "a path string")
