@@ -224,7 +224,7 @@ def main(argv: list[str]) -> int:
     )
     if launch_type not in SUPPORTED_LAUNCH_TYPES:
         raise ConfigError(
-            "--lp_launch_type", launch_type, f"one of {', '.join(SUPPORTED_LAUNCH_TYPES)}"
+            "--lp_launch_type", launch_type, _launch_types_text()
         )
     # Every clock a user sees counts from the launcher process's start.
     start_time = launch_time()
@@ -393,8 +393,18 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(parse_argv(argv))
     except flags.Error as err:
-        print(f"apex: {err}{_flag_hint(str(err), argv)}", file=sys.stderr)
+        message = str(err)
+        if message.startswith("flag --lp_launch_type="):  # Launchpad lists types apex refuses
+            given = message.split("=", 1)[1].split(":", 1)[0]
+            message = str(ConfigError("--lp_launch_type", given, _launch_types_text()))
+            print(f"apex: invalid configuration: {message}", file=sys.stderr)
+        else:
+            print(f"apex: {message}{_flag_hint(message, argv)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def _launch_types_text() -> str:
+    return f"one of {', '.join(SUPPORTED_LAUNCH_TYPES)} (apex supports these launch types)"
 
 
 def _flag_hint(message: str, argv: list[str]) -> str:

@@ -159,7 +159,7 @@ def test_missing_flag(flag, monkeypatch):
     [
         pytest.param(
             ["--lp_launch_type=bogus"],
-            "flag --lp_launch_type=bogus: value should be one of",
+            "--lp_launch_type='bogus' is invalid: expected one of local_mp, local_mt",
             id="bad_launch_type_flag",
         ),
         pytest.param(
@@ -377,7 +377,7 @@ REPLAY_CASES = [
     ("replay_no_source", ["stats"], 2, "tools.replay: give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR"),
     ("replay_address_port_out_of_range", ["stats", "--server=localhost:99999"], 2, "tools.replay: the Reverb address 'localhost:99999' is not HOST:PORT with a port in [1, 65535]"),
     ("replay_address_without_port", ["stats", "--server=localhost"], 2, "tools.replay: the Reverb address 'localhost' is not HOST:PORT with a port in [1, 65535]"),
-    ("replay_run_dir_without_address", ["stats", "--run_dir={empty}"], 2, "tools.replay: {empty}/replay_address does not exist (is the program running?)"),
+    ("replay_run_dir_without_address", ["stats", "--run_dir={empty}"], 1, "tools.replay: {empty}/replay_address does not exist (the program is not running); and {empty} has no complete checkpoint to read instead"),
     ("replay_run_dir_of_a_stopped_run", ["stats", "--run_dir={stopped}", "--timeout=30"], 1, "tools.replay: cannot reach the Reverb server localhost:1: Connection refused (is the program running?)"),
     ("replay_checkpoint_missing", ["stats", "--checkpoint={empty}/missing"], 2, "tools.replay: '{empty}/missing' is not a directory"),
     ("replay_checkpoint_not_a_checkpoint", ["priorities", "--checkpoint={empty}"], 2, "tools.replay: no complete Reverb checkpoint in '{empty}'"),
@@ -461,6 +461,25 @@ def test_entry_point_invalid_config_exits_2(override):
         "apex: invalid configuration: replay.capacity=-5 is invalid: expected an integer >= 1"
     ), proc.stderr[-2000:]
     assert "[apex] launching" not in proc.stdout and "[apex] run_dir" not in proc.stdout
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launch_type", ["local_docker", "vertex_ai", "test_mp", "test_mt"])
+def test_launch_types_apex_does_not_support_are_refused_before_anything(launch_type, tmp_path):
+    """Launchpad's flag offers them; each crashed after creating a run directory."""
+    run_dir = tmp_path / "run"
+    proc = _run(
+        "launch.train",
+        "--config=configs/apex_cartpole.py",
+        f"--lp_launch_type={launch_type}",
+        f"--config.run_dir={run_dir}",
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        f"apex: invalid configuration: --lp_launch_type='{launch_type}' is invalid: "
+        "expected one of local_mp, local_mt (apex supports these launch types)"
+    ), proc.stderr[-2000:]
+    assert not run_dir.exists()
 
 
 @pytest.mark.timeout(120)

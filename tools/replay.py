@@ -125,7 +125,7 @@ def _checkpoint_path(command: str) -> str:
             raise _Usage(str(err)) from None
     address = _server() if not _run_checkpoint_only() else None
     if address is None and _RUN_DIR.value:
-        return _run_checkpoint(command, "no replay_address")
+        return _run_checkpoint(command, _no_address())
     if address is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
     try:
@@ -141,6 +141,10 @@ def _checkpoint_path(command: str) -> str:
         file=sys.stderr,
     )
     return path
+
+
+def _no_address() -> str:
+    return f"{os.path.join(_RUN_DIR.value, 'replay_address')} does not exist (the program is not running)"
 
 
 def _run_checkpoint_only() -> bool:
@@ -196,7 +200,7 @@ def _stats(command: str = "stats") -> tuple[list, bool]:
     if _CHECKPOINT.value:
         return from_checkpoint(_checkpoint_path(command))
     if _run_checkpoint_only():
-        return from_checkpoint(_run_checkpoint(command, "no replay_address"))
+        return from_checkpoint(_run_checkpoint(command, _no_address()))
     address = _server()
     if address is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
