@@ -223,9 +223,7 @@ def main(argv: list[str]) -> int:
         flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
     )
     if launch_type not in SUPPORTED_LAUNCH_TYPES:
-        raise ConfigError(
-            "--lp_launch_type", launch_type, _launch_types_text()
-        )
+        raise ConfigError("--lp_launch_type", launch_type, _launch_types_text())
     # Every clock a user sees counts from the launcher process's start.
     start_time = launch_time()
     if not _CONFIG.value:
