@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from apex.config import ApexConfig, to_dict
-from apex.errors import ApexError
+from apex.errors import CheckpointError  # noqa: F401 - re-exported: the one checkpoint error
 from apex.jsonio import write_json_atomic
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -70,10 +70,6 @@ STRUCTURAL_FIELDS = (
     "replay.error_buffer",
     "replay.priority_exponent",
 )
-
-
-class CheckpointError(ApexError):
-    """A run checkpoint is missing, incomplete, corrupt or does not fit the config."""
 
 
 @dataclasses.dataclass

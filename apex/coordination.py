@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from apex.config import ApexConfig
+from apex.config import ApexConfig, env_steps_per_item
 from apex.doctor import diagnose
 from apex.heartbeat import HOST, HeartbeatStore
 from apex.jsonio import write_json_atomic
@@ -142,8 +142,9 @@ class Coordinator:
 
     def close(self) -> None:
         """Closes the metrics files of remote nodes; doctor.log says how the run went."""
-        for writer in self._node_metrics.values():
-            writer.close()
+        for writer in [*self._node_metrics.values(), self._metrics]:
+            if writer is not None:
+                writer.close()
         if self._doctor_lines == 0:
             self._doctor_log(
                 "[apex doctor] no stall found in this run "
@@ -369,11 +370,19 @@ class Coordinator:
             return "solved"
         return None
 
+    def env_steps_now(self) -> int:
+        """Env steps as of now: the actors' reports (up to a report period old), or,
+        when the replay has seen more inserts than that explains, the steps those
+        inserts took (each item follows `env_steps_per_item` env steps), so the
+        progress line never shows fewer env steps than items in replay."""
+        inserts = self._replay_info.get("inserts") or 0
+        return max(self.env_steps, int(inserts * env_steps_per_item(self._config)))
+
     def progress_line(self, rates: dict[str, float]) -> str:
         r = self._replay_info
         ev = "-" if self._eval is None else f"{self._eval['return_mean']:.1f}"
         return (
-            f"[apex {time.time() - self._start:6.1f}s] env_steps {self.env_steps:,} "
+            f"[apex {time.time() - self._start:6.1f}s] env_steps {self.env_steps_now():,} "
             f"({rates.get('env', 0.0):,.0f}/s) | learner_steps {self._learner_steps:,} "
             f"({rates.get('learner', 0.0):.1f}/s) | replay {r.get('size', 0):,}/{r.get('capacity', 0):,} "
             f"| samples/insert {r.get('samples_per_insert', 0.0):.2f} | eval_return {ev}"
@@ -420,11 +429,27 @@ class Coordinator:
                 if self._stop_program is not None:
                     self._stop_program()
                 self._await_final_checkpoint()
+                self._await_final_beats()
                 return
         self.stop_reason = self.stop_reason or "stopped"
         self._poll_replay()
         self.write_summary()
         self._await_final_checkpoint()
+        self._await_final_beats()
+
+    def _await_final_beats(self, timeout: float = 5.0) -> None:
+        """Stays up (bounded) until every other node has sent its final 'stopped'
+        beat or is gone, so RUN_DIR/heartbeats ends with how each node ended (a
+        node in this process, the evaluator, would otherwise lose the race)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if all(
+                self.heartbeats.finished(n) is not False
+                for n in self.heartbeats.beats()
+                if n != "coordinator"
+            ):
+                return
+            time.sleep(0.1)
 
     def _await_final_checkpoint(self) -> None:
         """Stays up (bounded) while the learner writes its checkpoint at the stop: it

@@ -140,6 +140,11 @@ class Evaluator:
             if self._best_sink.offer_best(return_mean, version, [np.asarray(w) for w in weights]):
                 self._best_known = return_mean
 
+    def close(self) -> None:
+        """Closes the metrics files (and their TensorBoard writer thread)."""
+        if self._metrics is not None:
+            self._metrics.close()
+
     def run(self, should_stop: Callable[[], bool]) -> None:
         period = self._config.evaluation.period_seconds
         while not should_stop():

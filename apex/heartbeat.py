@@ -168,11 +168,17 @@ class HeartbeatStore:
             os.makedirs(self._dir, exist_ok=True)
 
     def record(self, beat: dict[str, Any]) -> None:
+        """Keeps `beat` as its node's last, unless a later one of that node is
+        already here (beats travel as concurrent RPCs and may arrive out of order:
+        a periodic beat must not overwrite the final 'stopped' one)."""
         beat = dict(beat, received=time.time())
         with self._lock:
+            last = self._beats.get(beat["node"])
+            if last is not None and float(last.get("time", 0.0)) > float(beat.get("time", 0.0)):
+                return
             self._beats[beat["node"]] = beat
-        if self._dir is not None:
-            write_json_atomic(os.path.join(self._dir, f"{beat['node']}.json"), beat)
+            if self._dir is not None:
+                write_json_atomic(os.path.join(self._dir, f"{beat['node']}.json"), beat)
 
     def beats(self) -> dict[str, dict[str, Any]]:
         """A copy of every node's last beat (what the doctor reads)."""
@@ -224,13 +230,16 @@ def pid_alive(pid: int) -> bool:
 
 
 def memory_mb() -> dict[str, float]:
-    """This process's resident memory now and at its peak (MiB), from /proc (Linux)."""
+    """This process's resident memory (MiB), from /proc (Linux): now, at its peak,
+    and its private part (anonymous pages; the rest is shared library and file
+    pages that every node process on a host maps once)."""
+    keys = {"VmRSS:": "rss_mb", "VmHWM:": "peak_rss_mb", "RssAnon:": "anon_rss_mb"}
     out = {}
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith(("VmRSS:", "VmHWM:")):
-                    key = "rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"
+                key = keys.get(line.split(" ", 1)[0].split("\t", 1)[0])
+                if key is not None:
                     out[key] = int(line.split()[1]) / 1024.0
     except OSError:
         pass

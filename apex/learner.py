@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import reverb
 import tensorflow as tf
+from acme import core as acme_core
 
 from apex import heartbeat as hb
 from apex.agents import get_builder
@@ -27,7 +28,7 @@ from apex.replay.dataset import make_dataset
 from apex.replay.priorities import PriorityUpdater
 
 
-class Learner:
+class Learner(acme_core.Saveable):
     """Trains the agent's Q-network on prioritized items sampled from Reverb.
 
     `step()` does one SGD step; `run(should_stop)` steps until asked to stop or
@@ -441,6 +442,14 @@ class Learner:
                     state[f"best/{i}"] = np.asarray(w)
         return state
 
+    def save(self) -> dict[str, np.ndarray]:
+        """acme.core.Saveable: the same as get_state()."""
+        return self.get_state()
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        """acme.core.Saveable: the same as set_state()."""
+        self.set_state(state)
+
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Restores `get_state()`'s output; ValueError names a missing or misshapen array."""
         for prefix, variables in self._state_groups().items():
@@ -503,7 +512,10 @@ class Learner:
         return self._client
 
     def close(self) -> None:
+        """Stops the priority updater and closes the metrics files (idempotent)."""
         self._updater.close()
+        if self._metrics is not None:
+            self._metrics.close()
 
 
 class _Stopped(Exception):

@@ -4,6 +4,9 @@
   RUN_DIR/metrics/<name>.csv         long format: time,step,key,value
   RUN_DIR/tensorboard/<name>/        TensorBoard event files (scalars)
 
+Both writers are Acme loggers (`acme.utils.loggers.Logger`: `write(row)`,
+`close()`), so Acme's logger filters and aggregators wrap them as they are.
+
 Every row has `time` (unix seconds) and keys `<component>/<metric>`; every key
 is documented in docs/metrics.md. Files are flushed after every row, so they
 can be read (and TensorBoard pointed at RUN_DIR/tensorboard) while the run goes.
@@ -20,6 +23,8 @@ import threading
 import time
 from typing import Any
 
+from acme.utils.loggers import base as acme_loggers
+
 
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
@@ -29,7 +34,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class MetricsWriter:
+class MetricsWriter(acme_loggers.Logger):
     """Appends rows for component `name` (no-op when run_dir is empty).
 
     Args:
@@ -102,7 +107,7 @@ class MetricsWriter:
             self._file = self._csv_file = self._csv = self._events = None
 
 
-class RemoteMetrics:
+class RemoteMetrics(acme_loggers.Logger):
     """The metrics rows of a node that does not write the run directory (an actor,
     possibly on another host): each row goes to the coordinator's
     `write_metrics` RPC (courier futures: never blocks the node), which writes

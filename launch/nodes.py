@@ -184,6 +184,13 @@ class LearnerNode:
         finally:
             self._heartbeat.close()
 
+    def close(self) -> None:
+        """Stops this node's threads (priority updates, heartbeat) and closes its
+        metrics files; `run` does it at its end. For a learner stepped by hand
+        (run disabled, as in launch.testing) this is the only way they end (RPC)."""
+        self._learner.close()
+        self._heartbeat.close()
+
     def _actors_finished(self) -> bool:
         try:
             return bool(self._coordinator.nodes_finished("actor_"))
@@ -392,6 +399,7 @@ class EvaluatorNode:
             self._evaluator.run(node_should_stop())
         finally:
             self._heartbeat.close()
+            self._evaluator.close()
 
 
 class CoordinatorNode:

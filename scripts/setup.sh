@@ -44,8 +44,18 @@ fi
 echo "apex setup: creating .venv with $PY ($("$PY" --version 2>&1))"
 rm -rf .venv
 "$PY" -m venv .venv
+# pip's warnings on a successful install (setuptools' editable-install notice, a
+# machine's pip config naming missing local indexes) are not the user's to act
+# on: pip's output goes to .venv/pip-install.log and is shown only if it fails.
+pip_quiet() {
+  if ! .venv/bin/python -m pip "$@" >>.venv/pip-install.log 2>&1; then
+    cat .venv/pip-install.log >&2
+    echo "apex setup: pip failed (log: .venv/pip-install.log)" >&2
+    exit 1
+  fi
+}
 # Python 3.10's bundled pip (23.0) builds the dm-acme sdist with a deprecated path.
-.venv/bin/python -m pip install --quiet --upgrade "pip>=24"
-.venv/bin/python -m pip install --quiet -c requirements-py310.lock.txt -e '.[dev,atari]'
+pip_quiet install --quiet --upgrade "pip>=24"
+pip_quiet install --quiet -c requirements-py310.lock.txt -e '.[dev,atari]'
 stamp_of > .venv/.apex-stamp
 echo "apex setup: done ($(.venv/bin/python -m pip --version | cut -d' ' -f1-2))"

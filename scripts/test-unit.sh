@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The unit subset: everything but multi-process programs and learning runs
+# The unit subset: everything but programs (integration), learning runs and
+# subprocesses of the entry point or a tool (cli): nothing launches a program
 # (under a minute on 2 cores). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -p no:cacheprovider -m "not integration and not learning" --durations=10 "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider -m "not integration and not learning and not cli" --durations=10 "$@"

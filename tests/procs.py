@@ -195,3 +195,26 @@ def run_train(
     assert proc.returncode == 0, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         return out, json.load(f), token
+
+
+def threads_left() -> list[str]:
+    """The Python threads of this process other than the main one and pytest's
+    timeout timer: what an in-process program left running. (A C++ thread that
+    once called into Python stays listed as a _DummyThread forever; not counted.)"""
+    import threading
+
+    return sorted(
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.main_thread()
+        and not isinstance(t, threading._DummyThread)
+        and not t.name.startswith("pytest_timeout")
+    )
+
+
+def wait_no_threads_left(timeout: float = STOP_TIMEOUT) -> None:
+    """Polls until an in-process program's threads are gone (a hang guard only)."""
+    try:
+        wait_until(lambda: not threads_left(), timeout, "the program's threads to end")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; left: {threads_left()}") from None

@@ -449,6 +449,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.cli
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "override", [pytest.param("--config.replay.capacity=-5", id="entry_point_invalid_config")]
@@ -463,6 +464,7 @@ def test_entry_point_invalid_config_exits_2(override):
     assert "[apex] launching" not in proc.stdout and "[apex] run_dir" not in proc.stdout
 
 
+@pytest.mark.cli
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("launch_type", ["local_docker", "vertex_ai", "test_mp", "test_mt"])
 def test_launch_types_apex_does_not_support_are_refused_before_anything(launch_type, tmp_path):
@@ -482,6 +484,7 @@ def test_launch_types_apex_does_not_support_are_refused_before_anything(launch_t
     assert not run_dir.exists()
 
 
+@pytest.mark.cli
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "server", [pytest.param("--server=localhost:1", id="replay_server_unreachable")]

@@ -82,8 +82,8 @@ def test_a_registered_agent_trains_in_a_program_with_its_table_and_its_loss(my_d
 
     from launch.nodes import LearnerNode
     from launch.program import make_program
-    from launch.testing import find_nodes
-    from tests.procs import wait_until
+    from launch.testing import launch_stepped
+    from tests.procs import wait_no_threads_left, wait_until
 
     c = my_dqn
     c.actor.num_actors = 1
@@ -101,19 +101,16 @@ def test_a_registered_agent_trains_in_a_program_with_its_table_and_its_loss(my_d
     case.setUp()
     try:
         program = make_program(c, run_dir=str(tmp_path))
-        (learner_node,) = find_nodes(program, LearnerNode)
-        learner_node.disable_run()
         replay_node = [
             n for n in program.get_all_nodes() if isinstance(n, lp.MultiThreadingColocation)
         ][0].nodes[0]
-        lp.launch(program, launch_type="test_mt", test_case=case)
+        learner = launch_stepped(program, case, LearnerNode)
         replay = replay_node.create_handle().dereference()
         wait_until(
             lambda: replay.server_info()["my_transitions"].current_size >= c.replay.min_size,
             240,
             "the actor to fill the builder's table",
         )
-        learner = learner_node.create_handle().dereference()
         for _ in range(5):
             learner.step()
         assert learner.get_steps() == 5
@@ -123,3 +120,5 @@ def test_a_registered_agent_trains_in_a_program_with_its_table_and_its_loss(my_d
         np.testing.assert_allclose(sent, MARK_PRIORITY + c.replay.priority_epsilon, rtol=1e-6)
     finally:
         case.doCleanups()
+    # The cleanups closed everything the program started in this process.
+    wait_no_threads_left()

@@ -150,13 +150,12 @@ def _table_priorities(path):
 def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_config):
     """test_mt: train a little, checkpoint, then start a second program from the
     checkpoint with nothing running that would change it, and compare."""
-    import launchpad as lp
     from absl.testing import absltest
 
     from launch.nodes import ActorNode, CoordinatorNode, LearnerNode
     from launch.program import make_program
-    from launch.testing import find_nodes
-    from tests.procs import wait_until
+    from launch.testing import find_nodes, launch_stepped
+    from tests.procs import wait_no_threads_left, wait_until
 
     c = small_config
     c.actor.num_actors = 2
@@ -168,10 +167,7 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
         run_dir = str(tmp_path / "run")
         os.makedirs(run_dir)
         program = make_program(c, run_dir=run_dir)
-        (learner_node,) = find_nodes(program, LearnerNode)
-        learner_node.disable_run()
-        lp.launch(program, launch_type="test_mt", test_case=case)
-        learner = learner_node.create_handle().dereference()
+        learner = launch_stepped(program, case, LearnerNode)
         for _ in range(25):
             learner.step()
         (coord_node,) = find_nodes(program, CoordinatorNode)
@@ -195,12 +191,9 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
         resumed_dir = str(tmp_path / "resumed")
         os.makedirs(resumed_dir)
         program2 = make_program(c, run_dir=resumed_dir, resume=saved)
-        (learner2_node,) = find_nodes(program2, LearnerNode)
-        learner2_node.disable_run()
         for actor in find_nodes(program2, ActorNode):
             actor.disable_run()  # nothing inserts: the replay stays as restored
-        lp.launch(program2, launch_type="test_mt", test_case=case)
-        learner2 = learner2_node.create_handle().dereference()
+        learner2 = launch_stepped(program2, case, LearnerNode)
         assert learner2.get_steps() == 25
         version, weights, _ = learner2.get_variables()
         assert version == 25
@@ -218,6 +211,7 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
         assert priorities2 == saved_priorities
     finally:
         case.doCleanups()
+    wait_no_threads_left()  # both programs closed every thread they started
 
 
 @pytest.mark.integration

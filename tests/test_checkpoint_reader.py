@@ -200,14 +200,26 @@ def test_reading_leaves_the_server_untouched(replay):
     assert counts() == before
 
 
-def test_pure_python_fallback_decodes_the_same(replay, monkeypatch):
+def test_pure_python_fallbacks_decode_and_verify_the_same(replay, monkeypatch):
+    from apex.replay import snappy, tfrecord
+
+    assert (snappy.BACKEND, tfrecord.BACKEND) == ("cramjam", "crc32c")  # the pinned packages
     native = list(cr.iter_items(replay["path"], "t"))
-    monkeypatch.setattr(cr, "_native", lambda: cr._Native(None, None, None))
+    monkeypatch.setattr(snappy, "BACKEND", "python")
+    monkeypatch.setattr(tfrecord, "BACKEND", "python")
     fallback = list(cr.iter_items(replay["path"], "t"))
+    assert [a.key for a in native] == [b.key for b in fallback]
     for a, b in zip(native, fallback):
-        assert a.key == b.key
         for name in SIGNATURE:
             np.testing.assert_array_equal(a.data[name], b.data[name])
+
+
+def test_one_checkpoint_error_for_run_and_replay_checkpoints():
+    from apex import checkpointing
+
+    assert cr.CheckpointError is checkpointing.CheckpointError
+    for cls in (cr.CorruptCheckpointError, cr.IncompleteCheckpointError, cr.UnknownTableError):
+        assert issubclass(cls, checkpointing.CheckpointError)
 
 
 def test_clear_errors(replay, tmp_path):

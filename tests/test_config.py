@@ -149,6 +149,7 @@ def test_missing_config_file_is_refused():
         load_config_file("nope.py")
 
 
+@pytest.mark.cli
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "args,fragment",
@@ -179,6 +180,7 @@ def test_entry_point_refuses_bad_input_before_launch(args, fragment, tmp_path):
     assert "[apex] launching" not in proc.stdout  # nothing was launched
 
 
+@pytest.mark.cli
 @pytest.mark.timeout(120)
 def test_a_taken_replay_port_is_refused_before_launch(tmp_path):
     import socket

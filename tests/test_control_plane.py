@@ -39,6 +39,33 @@ def test_a_stopped_node_is_finished_and_not_dead():
     assert store.finished("learner") is True and store.dead() == []
 
 
+def test_a_late_periodic_beat_does_not_overwrite_the_final_stopped_one(tmp_path):
+    # Beats are concurrent RPCs: the last periodic one may arrive after 'stopped'.
+    store = hb.HeartbeatStore(str(tmp_path))
+    store.record(_beat("evaluator", state=hb.STOPPED, t=1001.0))
+    store.record(_beat("evaluator", state=hb.IDLE, t=1000.0))
+    assert store.beats()["evaluator"]["state"] == hb.STOPPED
+    assert hb.read_heartbeats(str(tmp_path))["evaluator"]["state"] == hb.STOPPED
+    store.record(_beat("evaluator", state=hb.ACTING, t=1002.0))  # a newer beat does count
+    assert store.beats()["evaluator"]["state"] == hb.ACTING
+
+
+def test_the_coordinator_waits_for_every_final_beat_before_it_closes(small_config, monkeypatch):
+    from apex import coordination
+
+    c = Coordinator(small_config, "", start_time=time.time())
+    c.heartbeat(_beat("evaluator", state=hb.IDLE))
+    polls = []
+
+    def poll(seconds):  # the evaluator's final beat arrives while the coordinator waits
+        polls.append(seconds)
+        c.heartbeat(_beat("evaluator", state=hb.STOPPED, t=1001.0))
+
+    monkeypatch.setattr(coordination.time, "sleep", poll)
+    c._await_final_beats(timeout=60.0)
+    assert len(polls) == 1 and c.heartbeats.beats()["evaluator"]["state"] == hb.STOPPED
+
+
 def test_a_node_on_another_host_is_judged_by_silence_not_by_a_local_pid(monkeypatch):
     store = hb.HeartbeatStore(silent_after=30.0)
     store.record(_beat("actor_3", host="other-host", pid=_dead_pid()))
@@ -105,3 +132,15 @@ def test_the_learner_gets_the_run_counters_in_reply_to_its_report(small_config):
     c.report_actor(0, 1234, 5, [])
     counters = c.report_learner(17, None, {})
     assert counters["learner_steps"] == 17 and counters["actor_steps"] == {"0": 1234}
+
+
+def test_the_progress_line_never_shows_fewer_env_steps_than_replay_items(small_config):
+    # Actors report once a second; the replay is polled fresh. Seen: "env_steps
+    # 16,512 | replay 20,000/20,000" on the first progress line.
+    c = Coordinator(small_config, "", start_time=time.time())
+    c.report_actor(0, 16_512, 10, [])
+    c._replay_info = {"size": 20_000, "capacity": 20_000, "inserts": 20_000}
+    line = c.progress_line({})
+    assert "env_steps 20,000 " in line and "replay 20,000/20,000" in line
+    c.report_actor(0, 25_000, 12, [])  # a fresher report wins again
+    assert "env_steps 25,000 " in c.progress_line({})

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import reverb
 
+from apex.replay import inspect
 from apex.replay.inspect import format_stats, table_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +78,7 @@ def test_can_insert_matches_what_the_server_does(limited):
     assert not insert_in_thread(client)  # the server holds the next insert, as reported
 
 
+@pytest.mark.cli
 @pytest.mark.timeout(120)
 def test_cli_prints_stats_as_json_and_refuses_a_dead_server(limited):
     server, client = limited
@@ -107,3 +109,25 @@ def test_cli_prints_stats_as_json_and_refuses_a_dead_server(limited):
         timeout=100,
     )
     assert dead.returncode == 1 and "cannot reach the Reverb server localhost:1" in dead.stderr
+
+
+def test_items_npz_keeps_every_key_exact(tmp_path):
+    # Reverb keys are uint64; most are above 2**53, where float64 is no longer exact.
+    keys = [2**64 - 1, 2**63 + 12345, 2**53 + 1, 7]
+    items = [
+        {
+            "key": k,
+            "priority": 0.5,
+            "times_sampled": i,
+            "inserted_at": 1.0,
+            "age_seconds": 2.0,
+            "data": {"obs": np.full(4, i, np.float32)},
+        }
+        for i, k in enumerate(keys)
+    ]
+    path = inspect.save_items_npz(items, str(tmp_path / "items.npz"))
+    with np.load(path) as z:
+        assert z["key"].dtype == np.uint64
+        assert [int(k) for k in z["key"]] == keys
+        assert z["times_sampled"].dtype == np.int64
+        assert z["data/obs"].shape == (4, 4)

@@ -98,7 +98,10 @@ def test_best_parameters_are_kept_next_to_the_latest_and_survive_a_checkpoint(
     assert int(state["best_version"]) == 5 and float(state["best_return_mean"]) == 120.0
 
     restored = Learner(small_config, env_spec(small_config.env), address)
-    restored.set_state(state)
+    from acme import core as acme_core
+
+    assert isinstance(restored, acme_core.Saveable)  # Acme's save()/restore() are the same
+    restored.restore(learner.save())
     assert restored.best() == (120.0, 5)
     for a, b in zip(restored.best_variables()[1], w2):
         np.testing.assert_array_equal(a, b)

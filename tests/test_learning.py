@@ -34,18 +34,18 @@ def best_eval_return(run_dir: str) -> float:
     return max(r["evaluator/return_mean"] for r in rows)
 
 
-@pytest.mark.timeout(600)
-def test_r2d2_beats_feed_forward_dqn_on_masked_cartpole(tmp_path):
-    # Same env-step budget for both; velocities hidden: observations are
-    # (cart position, pole angle). Measured here: R2D2 reached 400-500 within
-    # 400k env steps, feed-forward DQN stayed under 60.
+@pytest.mark.timeout(400)
+def test_r2d2_learns_masked_cartpole_from_position_and_angle_alone(tmp_path):
+    # Velocities hidden: observations are (cart position, pole angle), so a policy
+    # needs memory. Budget in env steps, not seconds. Measured here: R2D2 reached
+    # 400-500 within 400k env steps; feed-forward Ape-X DQN, same mask and budget,
+    # stayed under 60 (bench/r2d2.py masked compares both side by side; that
+    # second run is a property of the task, not of apex, and stays in bench/).
     budget = ["--config.stop.max_actor_steps=400000", "--config.stop.max_wall_seconds=None"]
     r2d2_dir = str(tmp_path / "r2d2")
     _, r2d2, _ = run_train(r2d2_dir, *budget, config="configs/r2d2_cartpole_masked.py", timeout=300)
-    dqn_dir = str(tmp_path / "dqn")
-    _, dqn, _ = run_train(dqn_dir, *budget, "--config.env.observation_indices=(0, 2)", timeout=300)
-    r2d2_best, dqn_best = best_eval_return(r2d2_dir), best_eval_return(dqn_dir)
-    print(f"masked CartPole, 400k env steps: R2D2 best eval {r2d2_best:.1f}, DQN {dqn_best:.1f}")
-    assert r2d2["stop_reason"] == dqn["stop_reason"] == "max_actor_steps", (r2d2, dqn)
-    assert r2d2_best >= 200.0
-    assert r2d2_best >= 2.0 * dqn_best
+    best = best_eval_return(r2d2_dir)
+    print(f"masked CartPole, 400k env steps: R2D2 best eval {best:.1f}")
+    assert r2d2["stop_reason"] == "max_actor_steps", r2d2
+    # A feed-forward policy cannot balance without velocities (it stays under 60).
+    assert best >= 200.0

@@ -14,7 +14,9 @@ def _small(agent: str):
     c.agent = agent
     c.actor.num_actors = 2
     c.actor.envs_per_actor = 4
-    c.replay.capacity = 10_000
+    # Large enough that nothing the actors insert during the test is evicted (FIFO):
+    # the keys whose priorities the learner changed must still be there to sample.
+    c.replay.capacity = 1_000_000
     c.replay.min_size = 100 if agent == "apex_dqn" else 20
     c.replay.samples_per_insert = 4.0
     c.replay.error_buffer = 1e7  # the test samples by hand next to the stepped learner
@@ -37,19 +39,19 @@ class ProgramTest(absltest.TestCase):
         from apex.replay.tables import item_signature, table_name
         from launch.nodes import LearnerNode
         from launch.program import make_program
-        from launch.testing import find_nodes
+        from launch.testing import launch_stepped
+        from tests.procs import wait_no_threads_left
 
         c = _small(agent)
         table = table_name(c)
         program = make_program(c, run_dir=self.create_tempdir().full_path)
-        (learner_node,) = find_nodes(program, LearnerNode)
-        learner_node.disable_run()
         replay_node = [
             n for n in program.get_all_nodes() if isinstance(n, lp.MultiThreadingColocation)
         ][0].nodes[0]
-        lp.launch(program, launch_type="test_mt", test_case=self)
+        # Registered first, so it runs after every other cleanup: nothing is left.
+        self.addCleanup(wait_no_threads_left)
+        learner = launch_stepped(program, self, LearnerNode)
 
-        learner = learner_node.create_handle().dereference()
         k = 7
         for _ in range(k):
             learner.step()

@@ -142,6 +142,7 @@ def test_cli_live_and_offline_give_the_same_numbers(filled, tmp_path):
     assert [it["key"] for it in offline_items] == [it["key"] for it in items]
 
 
+@pytest.mark.cli
 def test_cli_refuses_a_half_written_checkpoint(tmp_path):
     half = tmp_path / "2026-01-01T00:00:00"
     half.mkdir()

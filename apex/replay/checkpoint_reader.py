@@ -34,9 +34,9 @@ dm-reverb 0.7.0):
   (chunk_key, tensor index in the chunk, offset, length) to concatenate along
   the time axis, and `squeeze` drops that axis (TrajectoryWriter items).
 
-Snappy is decompressed by the copy that TensorFlow's own shared library carries
-(`tensorflow::port::Snappy_Uncompress`, through ctypes), with a pure-Python
-decoder as the fallback; CRC32C comes from the same library. No new dependency.
+This module reads; the framing and checksums are apex.replay.tfrecord, the
+Snappy decompression apex.replay.snappy (maintained packages, pure-Python
+fallbacks). The errors are apex.errors' CheckpointError family.
 
 Example:
     >>> path = reverb.Client("localhost:1234").checkpoint()
@@ -49,18 +49,22 @@ Example:
 from __future__ import annotations
 
 import collections
-import ctypes
-import functools
-import mmap
 import os
-import struct
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from apex.errors import ApexError
+from apex.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    IncompleteCheckpointError,
+    UnknownTableError,
+)
+from apex.replay.snappy import uncompress_into
+from apex.replay.tfrecord import RecordFile, first_field
 
 TABLES_FILE = "tables.tfrecord"
 CHUNKS_FILE = "chunks.tfrecord"
@@ -80,29 +84,6 @@ __all__ = [
     "latest_checkpoint",
     "read_tables",
 ]
-
-
-# --------------------------------------------------------------------- errors
-
-
-class CheckpointError(ApexError):
-    """A Reverb checkpoint could not be read."""
-
-
-class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """The checkpoint directory (or checkpointer root) does not exist."""
-
-
-class IncompleteCheckpointError(CheckpointError):
-    """The directory has no DONE file: half-written, or not a checkpoint at all."""
-
-
-class UnknownTableError(CheckpointError, LookupError):
-    """The checkpoint holds no table of that name."""
-
-
-class CorruptCheckpointError(CheckpointError):
-    """A file of the checkpoint does not parse (bad record, checksum, chunk, tensor)."""
 
 
 # ---------------------------------------------------------------------- types
@@ -184,219 +165,6 @@ def latest_checkpoint(root: str) -> str | None:
     return None
 
 
-# ------------------------------------------------------ snappy, crc32c, tfrecord
-
-
-@dataclass(frozen=True)
-class _Native:
-    """ctypes entry points of TensorFlow's own copies of Snappy and CRC32C (None: missing)."""
-
-    snappy_length: Any | None  # (const char*, size_t, size_t*) -> bool
-    snappy_uncompress: Any | None  # (const char*, size_t, char*) -> bool
-    crc32c_extend: Any | None  # (uint32, const char*, size_t) -> uint32
-
-
-def _symbol(lib: ctypes.CDLL | None, *names: str) -> Any | None:
-    for name in names:
-        try:
-            return getattr(lib, name)
-        except AttributeError:
-            continue
-    return None
-
-
-@functools.cache
-def _native() -> _Native:
-    """Loads the functions from libtensorflow_framework.so.2 (already mapped by `import tf`)."""
-    try:
-        import tensorflow as tf
-
-        lib = ctypes.CDLL(os.path.join(tf.sysconfig.get_lib(), "libtensorflow_framework.so.2"))
-    except (ImportError, OSError):
-        return _Native(None, None, None)
-    # tensorflow::port:: is TF's wrapper (tensorflow/core/platform/snappy.h); snappy:: the library.
-    length = _symbol(
-        lib,
-        "_ZN10tensorflow4port28Snappy_GetUncompressedLengthEPKcmPm",
-        "_ZN6snappy21GetUncompressedLengthEPKcmPm",
-    )
-    uncompress = _symbol(
-        lib, "_ZN10tensorflow4port17Snappy_UncompressEPKcmPc", "_ZN6snappy13RawUncompressEPKcmPc"
-    )
-    crc = _symbol(lib, "_ZN10tensorflow6crc32c6ExtendEjPKcm")
-    if length is None or uncompress is None:
-        length = uncompress = None
-    else:
-        length.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
-        length.restype = ctypes.c_bool
-        uncompress.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p]
-        uncompress.restype = ctypes.c_bool
-    if crc is not None:
-        crc.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]
-        crc.restype = ctypes.c_uint32
-    return _Native(length, uncompress, crc)
-
-
-def _read_varint(buf: bytes | mmap.mmap, pos: int) -> tuple[int, int]:
-    """(value, position after it) of the protobuf varint at `pos`."""
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise CorruptCheckpointError("malformed varint")
-
-
-def _snappy_uncompress_py(data: bytes) -> bytes:
-    """Pure-Python raw Snappy decoder: the fallback, far slower than the native one."""
-    n, pos = _read_varint(data, 0)
-    out = bytearray()
-    end = len(data)
-    while pos < end:
-        tag = data[pos]
-        pos += 1
-        kind = tag & 3
-        if kind == 0:  # literal
-            length = tag >> 2
-            if length >= 60:
-                extra = length - 59
-                length = int.from_bytes(data[pos : pos + extra], "little")
-                pos += extra
-            length += 1
-            out += data[pos : pos + length]
-            pos += length
-            continue
-        if kind == 1:  # copy, 1-byte offset
-            length = ((tag >> 2) & 7) + 4
-            offset = ((tag >> 5) << 8) | data[pos]
-            pos += 1
-        elif kind == 2:  # copy, 2-byte offset
-            length = (tag >> 2) + 1
-            offset = int.from_bytes(data[pos : pos + 2], "little")
-            pos += 2
-        else:  # copy, 4-byte offset
-            length = (tag >> 2) + 1
-            offset = int.from_bytes(data[pos : pos + 4], "little")
-            pos += 4
-        if offset == 0 or offset > len(out):
-            raise CorruptCheckpointError("snappy: copy before the start of the output")
-        start = len(out) - offset
-        if offset >= length:
-            out += out[start : start + length]
-        else:  # overlapping copy repeats the last `offset` bytes
-            pattern = bytes(out[start:])
-            out += (pattern * (length // offset + 1))[:length]
-    if len(out) != n:
-        raise CorruptCheckpointError(f"snappy: {len(out)} bytes decoded, header says {n}")
-    return bytes(out)
-
-
-def _snappy_into(data: bytes, out: np.ndarray) -> None:
-    """Decompresses raw Snappy `data` into the contiguous array `out` (exact size)."""
-    native = _native()
-    if native.snappy_uncompress is None:
-        raw = _snappy_uncompress_py(data)
-        if len(raw) != out.nbytes:
-            raise CorruptCheckpointError(f"tensor has {len(raw)} bytes, expected {out.nbytes}")
-        out.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
-        return
-    n = ctypes.c_size_t()
-    if not native.snappy_length(data, len(data), ctypes.byref(n)):
-        raise CorruptCheckpointError("tensor content is not valid Snappy data")
-    if n.value != out.nbytes:
-        raise CorruptCheckpointError(f"tensor has {n.value} bytes, expected {out.nbytes}")
-    if out.nbytes and not native.snappy_uncompress(data, len(data), out.ctypes.data):
-        raise CorruptCheckpointError("tensor content is not valid Snappy data")
-
-
-def _masked_crc(data: bytes) -> int | None:
-    """The TFRecord checksum of `data` (None without the native CRC32C)."""
-    extend = _native().crc32c_extend
-    if extend is None:
-        return None
-    crc = extend(0, data, len(data))
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-_HEADER = struct.Struct("<QI")
-
-
-class _RecordFile:
-    """A TFRecord file, memory-mapped: its records' offsets, and each record on demand.
-
-    The mapping keeps the file readable after the server deletes the
-    checkpoint (POSIX), which the next Checkpoint call does.
-    """
-
-    def __init__(self, path: str, verify: bool):
-        self.path = path
-        self._verify = verify and _native().crc32c_extend is not None
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                self._buf: mmap.mmap | bytes = (
-                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-                )
-        except FileNotFoundError as e:
-            if not os.path.isdir(os.path.dirname(path)):
-                raise CheckpointNotFoundError(
-                    f"{os.path.dirname(path)!r} was deleted (a newer checkpoint replaces it)"
-                ) from e
-            raise CorruptCheckpointError(f"{path} is missing") from e
-        self.size = size
-
-    def spans(self) -> Iterator[tuple[int, int]]:
-        """(start, length) of every record's data, in file order."""
-        buf, pos, size = self._buf, 0, self.size
-        while pos < size:
-            if pos + 12 > size:
-                raise CorruptCheckpointError(f"{self.path}: truncated record header at {pos}")
-            length, length_crc = _HEADER.unpack_from(buf, pos)
-            if self._verify and _masked_crc(buf[pos : pos + 8]) != length_crc:
-                raise CorruptCheckpointError(f"{self.path}: bad length checksum at {pos}")
-            start = pos + 12
-            pos = start + length + 4
-            if pos > size:
-                raise CorruptCheckpointError(f"{self.path}: truncated record at {start - 12}")
-            yield start, length
-
-    def read(self, start: int, length: int) -> bytes:
-        """The record whose data is at `start` (its checksum verified if enabled)."""
-        data = self._buf[start : start + length]
-        if self._verify:
-            (crc,) = struct.unpack_from("<I", self._buf, start + length)
-            if _masked_crc(data) != crc:
-                raise CorruptCheckpointError(f"{self.path}: bad data checksum at {start - 12}")
-        return data
-
-    def head(self, start: int, length: int, n: int = 64) -> bytes:
-        """The first bytes of a record, unverified (enough to find its first field)."""
-        return self._buf[start : start + min(length, n)]
-
-    def close(self) -> None:
-        if isinstance(self._buf, mmap.mmap):
-            self._buf.close()
-
-
-def _first_field(head: bytes, tag: int) -> tuple[int, int] | None:
-    """(value or length, data position) of the first field if it has `tag`, else None.
-
-    Protobuf's C++ serializer writes fields in field-number order, so field 1
-    (ChunkData.chunk_key, PriorityTableCheckpoint.table_name) comes first
-    unless it has its default value.
-    """
-    if not head or head[0] != tag:
-        return None
-    try:
-        return _read_varint(head, 1)
-    except IndexError:
-        return None
-
-
 # ------------------------------------------------------------------- decoding
 
 _NP_DTYPES: dict[int, np.dtype] = {}
@@ -423,7 +191,7 @@ def _decode_tensor(proto: Any, delta_encoded: bool) -> np.ndarray:
         arr = tf.io.parse_tensor(proto.SerializeToString(), tf.string).numpy()
     else:
         arr = np.empty(shape, _np_dtype(proto.dtype))
-        _snappy_into(proto.tensor_content, arr)
+        uncompress_into(proto.tensor_content, arr)
         if delta_encoded and arr.ndim >= 2 and arr.dtype.kind in "iu":
             unsigned = arr.view(arr.dtype.str.replace("i", "u"))
             np.cumsum(unsigned, axis=0, dtype=unsigned.dtype, out=unsigned)
@@ -538,9 +306,9 @@ class CheckpointReader:
         self._cache_bytes = 0
         self._chunk_spans: dict[int, tuple[int, int]] | None = None
         self._table_spans: dict[str, tuple[int, int]] = {}
-        self._tables = _RecordFile(os.path.join(path, TABLES_FILE), verify_checksums)
+        self._tables = RecordFile(os.path.join(path, TABLES_FILE), verify_checksums)
         try:
-            self._chunks = _RecordFile(os.path.join(path, CHUNKS_FILE), verify_checksums)
+            self._chunks = RecordFile(os.path.join(path, CHUNKS_FILE), verify_checksums)
         except CheckpointError:
             self._tables.close()
             raise
@@ -553,7 +321,7 @@ class CheckpointReader:
     def _index_tables(self) -> None:
         for start, length in self._tables.spans():
             head = self._tables.head(start, length)
-            field = _first_field(head, 0x0A)  # table_name, tag (1, length-delimited)
+            field = first_field(head, 0x0A)  # table_name, tag (1, length-delimited)
             if field is not None and field[1] + field[0] <= len(head):
                 name = head[field[1] : field[1] + field[0]].decode()
             else:
@@ -693,7 +461,7 @@ class CheckpointReader:
     def _index_chunks(self) -> dict[int, tuple[int, int]]:
         spans = {}
         for start, length in self._chunks.spans():
-            field = _first_field(self._chunks.head(start, length, 11), 0x08)  # chunk_key, varint
+            field = first_field(self._chunks.head(start, length, 11), 0x08)  # chunk_key, varint
             key = field[0] if field is not None else self._parse_chunk(start, length).chunk_key
             spans[key] = (start, length)
         return spans

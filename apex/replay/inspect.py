@@ -435,11 +435,20 @@ def items_to_json(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def save_items_npz(items: list[dict[str, Any]], path: str) -> str:
-    """One npz: `key`, `priority`, `times_sampled`, `inserted_at`, `age_seconds`, and
-    `data/<field>` stacked over the items."""
+    """One npz: `key` (uint64, exact), `priority`, `times_sampled`, `inserted_at`,
+    `age_seconds`, and `data/<field>` stacked over the items."""
     arrays: dict[str, np.ndarray] = {}
-    for k in ("key", "priority", "times_sampled", "inserted_at", "age_seconds"):
-        arrays[k] = np.asarray([it[k] for it in items])
+    # Reverb's keys are uint64: left to np.asarray, a list of them becomes float64
+    # (or object) and most keys are no longer exact.
+    dtypes = {
+        "key": np.uint64,
+        "priority": np.float64,
+        "times_sampled": np.int64,
+        "inserted_at": np.float64,
+        "age_seconds": np.float64,
+    }
+    for k, dtype in dtypes.items():
+        arrays[k] = np.asarray([it[k] for it in items], dtype=dtype)
     if items and isinstance(items[0]["data"], dict):
         for field in items[0]["data"]:
             arrays[f"data/{field}"] = np.stack([it["data"][field] for it in items])

@@ -143,6 +143,6 @@ class PriorityUpdater:
                 pending, merged = {}, 0
 
     def close(self) -> None:
-        if self._started:
+        if self._started and self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout=5.0)
