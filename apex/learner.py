@@ -64,7 +64,11 @@ class Learner(acme_core.Saveable):
         self._target = builder.make_network(config, spec, seed=lc.seed)
         self._target.set_weights(self._online.get_weights())
         self._optimizer = Adam(
-            list(self._online.weights), lc.learning_rate, epsilon=lc.adam_epsilon
+            list(self._online.weights),
+            lc.learning_rate,
+            epsilon=lc.adam_epsilon,
+            final_learning_rate=lc.learning_rate_final,
+            decay_steps=lc.learning_rate_decay_steps,
         )
         self._address = replay_address
         self._client = reverb.Client(replay_address)
@@ -321,6 +325,7 @@ class Learner(acme_core.Saveable):
     def report(self, now: float, rate: float | None) -> dict[str, Any]:
         row: dict[str, Any] = {
             "learner/steps": self.steps,
+            "learner/learning_rate": self._optimizer.learning_rate(),
             "learner/priority_updates": self._updater.updates_sent,
             "learner/priority_update_calls": self._updater.calls,
         }

@@ -109,28 +109,44 @@ class LineFilter:
         return (prefix + body + "\n").encode()
 
 
+def write_lines(fd: int, lines: list[bytes]) -> bool:
+    """Writes each line to `fd`; False once the reader is gone (EPIPE, or the
+    descriptor is closed): the caller then drops its output and carries on, since a
+    program must stop in order even after `| tee` or a CI log reader has died."""
+    for line in lines:
+        try:
+            os.write(fd, line)
+        except OSError:
+            return False
+    return True
+
+
 class FilteredStdout:
     """A text stream for the launcher's sys.stdout: every line through LineFilter,
-    written to file descriptor `fd` with one write() per line."""
+    written to file descriptor `fd` with one write() per line. Once the reader is
+    gone, output is dropped instead of raising (see write_lines)."""
 
     def __init__(self, fd: int = 1, keep_all: bool = False):
         self._fd = fd
         self._tty = os.isatty(fd)
         self._filter = LineFilter(tty=self._tty, keep_all=keep_all)
+        self._gone = False
         self.encoding = "utf-8"
         self.errors = "replace"
 
     def write(self, text: str) -> int:
-        for line in self._filter.feed(text.encode("utf-8", errors="replace")):
-            os.write(self._fd, line)
+        lines = self._filter.feed(text.encode("utf-8", errors="replace"))
+        if not self._gone:
+            self._gone = not write_lines(self._fd, lines)
         return len(text)
 
     def flush(self) -> None:
         pass
 
     def close(self) -> None:
-        for line in self._filter.flush():
-            os.write(self._fd, line)
+        lines = self._filter.flush()
+        if not self._gone:
+            self._gone = not write_lines(self._fd, lines)
 
     def isatty(self) -> bool:
         return self._tty
@@ -140,3 +156,26 @@ class FilteredStdout:
 
     def __getattr__(self, name: str) -> Any:  # e.g. .buffer for code that asks
         raise AttributeError(name)
+
+
+class TolerantStream:
+    """Wraps a text stream (the launcher's sys.stderr) so that writing to it once
+    its reader is gone is a no-op instead of an error in the middle of a stop."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):  # EPIPE, or a closed file
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     title, colour, command = argv[1], int(argv[2]), argv[4:]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
-    from apex.output import LineFilter, verbose
+    from apex.output import LineFilter, verbose, write_lines
 
     out = sys.stdout.fileno()
     lines = LineFilter(f"[{title}] ", colour, tty=os.isatty(out), keep_all=verbose())
@@ -41,14 +41,15 @@ def main(argv: list[str]) -> int:
     )
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
-    while True:
+    reader = True  # whoever reads the launcher's output is there
+    while True:  # drain the node to its end even with no reader: it must never block
         data = os.read(fd, 65536)
         if not data:
             break
-        for line in lines.feed(data):
-            os.write(out, line)
-    for line in lines.flush():
-        os.write(out, line)
+        batch = lines.feed(data)
+        reader = reader and write_lines(out, batch)
+    if reader:
+        write_lines(out, lines.flush())
     return proc.wait()
 
 

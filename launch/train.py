@@ -213,12 +213,16 @@ def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)
     from apex import compat
-    from apex.output import VERBOSE_ENV, FilteredStdout
+    from apex.output import VERBOSE_ENV, FilteredStdout, TolerantStream
 
     if _VERBOSE.value:
         os.environ[VERBOSE_ENV] = "1"
     sys.stdout.flush()
     sys.stdout = FilteredStdout(1, keep_all=_VERBOSE.value)  # whole lines, also in a pipe
+    # A reader that went away (a killed `| tee`, a CI log collector) must not cut
+    # the stop short: Launchpad's stop prints, and an EPIPE there would leave the
+    # nodes running. Output is then dropped; the stop goes on.
+    sys.stderr = TolerantStream(sys.stderr)
     launch_type = (
         flags.FLAGS.lp_launch_type if flags.FLAGS["lp_launch_type"].present else "local_mp"
     )

@@ -42,3 +42,19 @@ def test_adam_matches_the_reference_update():
     # First Adam step moves each coordinate by lr * sign(g) (up to epsilon).
     np.testing.assert_allclose(v.numpy(), [0.9, -0.9], rtol=1e-5)
     assert int(opt.iterations.numpy()) == 1
+
+
+def test_adam_step_size_schedule_is_linear_then_constant_and_resumes():
+    v = tf.Variable([0.0])
+    opt = Adam([v], learning_rate=1.0, final_learning_rate=0.5, decay_steps=10)
+    assert opt.learning_rate() == 1.0
+    seen = []
+    for _ in range(20):
+        opt.apply([tf.constant([1.0])], [v])
+        seen.append(opt.learning_rate())
+    np.testing.assert_allclose(seen[4], 0.75)  # after 5 steps: halfway
+    np.testing.assert_allclose(seen[9:], [0.5] * 11)  # reached at 10, constant after
+    restored = Adam([tf.Variable([0.0])], 1.0, final_learning_rate=0.5, decay_steps=10)
+    restored.iterations.assign(5)  # what a checkpoint restores
+    np.testing.assert_allclose(restored.learning_rate(), 0.75)
+    assert Adam([v], learning_rate=0.3).learning_rate() == 0.3  # no schedule: constant

@@ -141,3 +141,33 @@ def test_output_to_files_writes_one_log_per_node_into_the_run_dir(tmp_path):
     assert names == ["actor/0", "actor/1", "coordinator/0", "learner/0"], names
     with open(os.path.join(logs, "coordinator/0")) as f:
         assert "stopping: max_actor_steps" in f.read()
+
+
+def test_output_goes_on_being_drained_after_its_reader_is_gone():
+    """`train.sh | tee log` with tee killed: the node-output filter keeps reading
+    its node to the end (the node never blocks or breaks) and exits with the
+    node's own code; the launcher's streams drop output instead of raising."""
+    import subprocess
+    import sys
+
+    from apex.output import TolerantStream
+    from tests.procs import ROOT
+
+    node = "import sys\nfor i in range(20000): print('line', i)\nsys.exit(3)"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.node_output", "n", "32", "--", sys.executable, "-c", node],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    proc.stdout.close()  # the reader is gone before the node writes
+    assert proc.wait(timeout=120) == 3  # the node ran to its end: its own exit code
+
+    r, w = os.pipe()
+    os.close(r)
+    out = FilteredStdout(w)
+    assert out.write("after the reader left\n") == len("after the reader left\n")
+    out.close()
+    os.close(w)
+    closed = open(os.devnull, "w")  # noqa: SIM115 - closed right away on purpose
+    closed.close()
+    assert TolerantStream(closed).write("x") == 1

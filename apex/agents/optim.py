@@ -13,7 +13,10 @@ import tensorflow as tf
 
 
 class Adam(tf.Module):
-    """Adam (Kingma & Ba 2015) with bias correction."""
+    """Adam (Kingma & Ba 2015) with bias correction, and an optional linear
+    step-size schedule: `learning_rate` at step 0 to `final_learning_rate` at
+    `decay_steps`, constant after. The schedule reads `iterations`, so a
+    restored optimizer continues it exactly."""
 
     def __init__(
         self,
@@ -22,9 +25,13 @@ class Adam(tf.Module):
         beta1: float = 0.9,
         beta2: float = 0.999,
         epsilon: float = 1e-8,
+        final_learning_rate: float | None = None,
+        decay_steps: int = 1,
     ):
         super().__init__(name="adam")
         self._lr, self._b1, self._b2, self._eps = learning_rate, beta1, beta2, epsilon
+        self._final = final_learning_rate
+        self._decay_steps = max(1, int(decay_steps))
         self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
         self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -32,8 +39,18 @@ class Adam(tf.Module):
     def apply(self, grads: Sequence[tf.Tensor], variables: Sequence[tf.Variable]) -> None:
         self.iterations.assign_add(1)
         t = tf.cast(self.iterations, tf.float32)
-        lr = self._lr * tf.sqrt(1.0 - self._b2**t) / (1.0 - self._b1**t)
+        lr = self._scheduled(t) * tf.sqrt(1.0 - self._b2**t) / (1.0 - self._b1**t)
         for g, var, m, v in zip(grads, variables, self.m, self.v):
             m.assign(self._b1 * m + (1.0 - self._b1) * g)
             v.assign(self._b2 * v + (1.0 - self._b2) * tf.square(g))
             var.assign_sub(lr * m / (tf.sqrt(v) + self._eps))
+
+    def _scheduled(self, t: tf.Tensor | float) -> tf.Tensor | float:
+        if self._final is None:
+            return self._lr
+        frac = tf.minimum(1.0, tf.cast(t, tf.float32) / float(self._decay_steps))
+        return self._lr + (self._final - self._lr) * frac
+
+    def learning_rate(self) -> float:
+        """The scheduled step size of the next step (before bias correction)."""
+        return float(self._scheduled(float(self.iterations.numpy())))

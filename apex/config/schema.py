@@ -137,7 +137,13 @@ class LearnerConfig:
     batch_size: int = 64
     """Transitions per SGD step."""
     learning_rate: float = 2e-3
-    """Adam step size."""
+    """Adam step size (at the first SGD step)."""
+    learning_rate_final: float | None = None
+    """Adam step size reached, linearly, after learning_rate_decay_steps SGD
+    steps and kept after (None: learning_rate throughout). A smaller step once
+    the task is learned keeps a solved policy from flickering."""
+    learning_rate_decay_steps: int = 20_000
+    """SGD steps over which learning_rate moves to learning_rate_final."""
     adam_epsilon: float = 1e-8
     """Adam epsilon."""
     max_grad_norm: float = 10.0

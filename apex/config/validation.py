@@ -63,6 +63,8 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("checkpoint.keep", "int>=1", False),
     ("learner.batch_size", "int>=1", False),
     ("learner.learning_rate", "num>0", False),
+    ("learner.learning_rate_final", "num>0", True),
+    ("learner.learning_rate_decay_steps", "int>=1", False),
     ("learner.adam_epsilon", "num>0", False),
     ("learner.max_grad_norm", "num>0", False),
     ("learner.huber_delta", "num>0", False),

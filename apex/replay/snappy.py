@@ -19,7 +19,6 @@ except ImportError:  # pragma: no cover - cramjam is pinned; the fallback is tes
     cramjam = None
 
 BACKEND = "cramjam" if cramjam is not None else "python"
-_warned = False
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -103,15 +102,18 @@ def uncompress_into(data: bytes, out: np.ndarray, backend: str | None = None) ->
         if written != n:
             raise CorruptCheckpointError(f"snappy: {written} bytes decoded, header says {n}")
         return
-    _warn_slow()
+    warn_fallback("cramjam", "Reverb checkpoint chunks are decompressed")
     view[:] = np.frombuffer(uncompress_py(data), np.uint8)
 
 
-def _warn_slow() -> None:
-    global _warned
-    if not _warned:
-        _warned = True
+_warned: set[str] = set()
+
+
+def warn_fallback(package: str, what: str) -> None:
+    """Says once per process that `package` is missing and a pure-Python `what` is used."""
+    if package not in _warned:
+        _warned.add(package)
         logging.getLogger("apex").warning(
-            "cramjam is not installed: Reverb checkpoint chunks are decoded by a pure-Python "
-            "Snappy decoder (correct, much slower); `pip install cramjam` to speed it up"
+            f"{package} is not installed: {what} in pure Python (correct, much slower); "
+            f"`pip install {package}` to speed it up"
         )

@@ -8,14 +8,13 @@ skipped silently.
 
 from __future__ import annotations
 
-import logging
 import mmap
 import os
 import struct
 from collections.abc import Iterator
 
 from apex.errors import CheckpointNotFoundError, CorruptCheckpointError
-from apex.replay.snappy import read_varint
+from apex.replay.snappy import read_varint, warn_fallback
 
 try:
     import crc32c as _crc32c_pkg
@@ -52,7 +51,7 @@ def masked_crc(data: bytes, backend: str | None = None) -> int:
     if (backend or BACKEND) == "crc32c":
         crc = _crc32c_pkg.crc32c(bytes(data))
     else:
-        _warn_slow()
+        warn_fallback("crc32c", "checkpoint checksums are computed")
         crc = crc32c_py(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -139,16 +138,3 @@ def first_field(head: bytes, tag: int) -> tuple[int, int] | None:
         return read_varint(head, 1)
     except CorruptCheckpointError:
         return None
-
-
-_warned = False
-
-
-def _warn_slow() -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        logging.getLogger("apex").warning(
-            "crc32c is not installed: checkpoint checksums are computed in pure Python "
-            "(correct, much slower); `pip install crc32c` to speed it up"
-        )
