@@ -197,24 +197,34 @@ def run_train(
         return out, json.load(f), token
 
 
-def threads_left() -> list[str]:
-    """The Python threads of this process other than the main one and pytest's
-    timeout timer: what an in-process program left running. (A C++ thread that
-    once called into Python stays listed as a _DummyThread forever; not counted.)"""
+def threads_now() -> set:
+    """The Python threads alive now: take it before a test starts a program."""
+    import threading
+
+    return set(threading.enumerate())
+
+
+def threads_left(before: set | None = None) -> list[str]:
+    """The Python threads of this process started since `before` (default: any
+    but the main one and pytest's timeout timer): what an in-process program left
+    running. (A C++ thread that once called into Python stays listed as a
+    _DummyThread forever; not counted.)"""
     import threading
 
     return sorted(
         t.name
         for t in threading.enumerate()
         if t is not threading.main_thread()
+        and (before is None or t not in before)
         and not isinstance(t, threading._DummyThread)
         and not t.name.startswith("pytest_timeout")
     )
 
 
-def wait_no_threads_left(timeout: float = STOP_TIMEOUT) -> None:
-    """Polls until an in-process program's threads are gone (a hang guard only)."""
+def wait_no_threads_left(before: set | None = None, timeout: float = STOP_TIMEOUT) -> None:
+    """Polls until the threads an in-process program started (since `before`) are
+    gone (the timeout is a hang guard only)."""
     try:
-        wait_until(lambda: not threads_left(), timeout, "the program's threads to end")
+        wait_until(lambda: not threads_left(before), timeout, "the program's threads to end")
     except AssertionError as err:
-        raise AssertionError(f"{err}; left: {threads_left()}") from None
+        raise AssertionError(f"{err}; left: {threads_left(before)}") from None

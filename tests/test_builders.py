@@ -83,7 +83,7 @@ def test_a_registered_agent_trains_in_a_program_with_its_table_and_its_loss(my_d
     from launch.nodes import LearnerNode
     from launch.program import make_program
     from launch.testing import launch_stepped
-    from tests.procs import wait_no_threads_left, wait_until
+    from tests.procs import threads_now, wait_no_threads_left, wait_until
 
     c = my_dqn
     c.actor.num_actors = 1
@@ -97,6 +97,7 @@ def test_a_registered_agent_trains_in_a_program_with_its_table_and_its_loss(my_d
     c.logging.progress_period_seconds = 0
     c.stop.max_wall_seconds = 3600
     validate(c)
+    before = threads_now()
     case = absltest.TestCase()
     case.setUp()
     try:
@@ -121,4 +122,4 @@ def test_a_registered_agent_trains_in_a_program_with_its_table_and_its_loss(my_d
     finally:
         case.doCleanups()
     # The cleanups closed everything the program started in this process.
-    wait_no_threads_left()
+    wait_no_threads_left(before)

@@ -155,12 +155,13 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
     from launch.nodes import ActorNode, CoordinatorNode, LearnerNode
     from launch.program import make_program
     from launch.testing import find_nodes, launch_stepped
-    from tests.procs import wait_no_threads_left, wait_until
+    from tests.procs import threads_now, wait_no_threads_left, wait_until
 
     c = small_config
     c.actor.num_actors = 2
     c.stop.max_wall_seconds = 3600
     c.checkpoint.period_seconds = None
+    before = threads_now()
     case = absltest.TestCase()
     case.setUp()  # test_mt registers its cleanup on this case
     try:
@@ -211,7 +212,7 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
         assert priorities2 == saved_priorities
     finally:
         case.doCleanups()
-    wait_no_threads_left()  # both programs closed every thread they started
+    wait_no_threads_left(before)  # both programs closed every thread they started
 
 
 @pytest.mark.integration

@@ -88,7 +88,8 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
             while not drain.is_set():
                 list(client.sample(TRANSITIONS_TABLE, num_samples=10, emit_timesteps=False))
 
-        threading.Thread(target=sample_until_drained, daemon=True).start()
+        sampler = threading.Thread(target=sample_until_drained, daemon=True)
+        sampler.start()
         assert done.wait(60)
         wait_until(
             lambda: status(run_dir, stall_seconds=1.0)["findings"] == [],
@@ -97,6 +98,14 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
         )
         assert writer.close(timeout=30)  # the last chunk goes out while sampling goes on
         drain.set()
+        # The sampler may be held by the rate limiter in its last call: inserts
+        # release it (a sample has no timeout), so the test leaves no thread behind.
+        with TransitionWriter(client, 0, np.array([0.4])) as more:
+            wait_until(
+                lambda: more.write(transitions(10), np.ones(10)) or not sampler.is_alive(),
+                60,
+                "the sampling thread to end",
+            )
     finally:
         beat.close()
         server.stop()

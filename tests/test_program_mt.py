@@ -40,7 +40,7 @@ class ProgramTest(absltest.TestCase):
         from launch.nodes import LearnerNode
         from launch.program import make_program
         from launch.testing import launch_stepped
-        from tests.procs import wait_no_threads_left
+        from tests.procs import threads_now, wait_no_threads_left
 
         c = _small(agent)
         table = table_name(c)
@@ -48,8 +48,9 @@ class ProgramTest(absltest.TestCase):
         replay_node = [
             n for n in program.get_all_nodes() if isinstance(n, lp.MultiThreadingColocation)
         ][0].nodes[0]
-        # Registered first, so it runs after every other cleanup: nothing is left.
-        self.addCleanup(wait_no_threads_left)
+        # Registered first, so it runs after every other cleanup: nothing this
+        # test started is left.
+        self.addCleanup(wait_no_threads_left, threads_now())
         learner = launch_stepped(program, self, LearnerNode)
 
         k = 7
