@@ -99,6 +99,7 @@ class Coordinator:
         self._failure: str | None = None
         self._solved_at: tuple[float, int] | None = None
         self._replay_info: dict[str, float] = {}
+        self._env_steps_per_item = env_steps_per_item(config)
         self.stop_reason: str | None = None
         self._checkpoint: dict[str, Any] | None = None
         self._checkpoint_event = threading.Event()
@@ -376,7 +377,7 @@ class Coordinator:
         inserts took (each item follows `env_steps_per_item` env steps), so the
         progress line never shows fewer env steps than items in replay."""
         inserts = self._replay_info.get("inserts") or 0
-        return max(self.env_steps, int(inserts * env_steps_per_item(self._config)))
+        return max(self.env_steps, int(inserts * self._env_steps_per_item))
 
     def progress_line(self, rates: dict[str, float]) -> str:
         r = self._replay_info

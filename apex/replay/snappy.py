@@ -94,7 +94,7 @@ def uncompress_into(data: bytes, out: np.ndarray, backend: str | None = None) ->
     view = out.reshape(-1).view(np.uint8)
     if backend == "cramjam":
         try:
-            written = cramjam.snappy.decompress_raw_into(bytes(data), view)
+            written = cramjam.snappy.decompress_raw_into(data, view)
         except Exception as err:  # noqa: BLE001 - cramjam raises its own DecompressionError
             raise CorruptCheckpointError(
                 f"tensor content is not valid Snappy data: {err}"

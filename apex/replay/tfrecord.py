@@ -49,7 +49,7 @@ def crc32c_py(data: bytes) -> int:
 def masked_crc(data: bytes, backend: str | None = None) -> int:
     """The TFRecord checksum of `data`: CRC32C, rotated and offset ("masked")."""
     if (backend or BACKEND) == "crc32c":
-        crc = _crc32c_pkg.crc32c(bytes(data))
+        crc = _crc32c_pkg.crc32c(data)
     else:
         warn_fallback("crc32c", "checkpoint checksums are computed")
         crc = crc32c_py(data)
