@@ -168,6 +168,81 @@ def _launch_with_line_output(commands_to_launch: Any) -> Any:
     return manager
 
 
+# ------------------------------------------------- Launchpad on other launchers
+# launch.ray_launch starts the very nodes `make_program` builds, each as
+# Launchpad's own node entry (process_entry.py) in a process of its own, the
+# way local_mp does, but on the host Ray picks. What it needs of a Launchpad
+# 0.5.0 program is reached through these.
+def program_groups(program: Any) -> list[tuple[str, list[Any]]]:
+    """[(label, [node, ...])] of a Launchpad program, in the order they were added."""
+    groups = _require(program, "groups", "launchpad Program.groups", LAUNCHPAD_PIN)
+    return [(label, list(nodes)) for label, nodes in groups.items()]
+
+
+class StaticAddress:
+    """A Launchpad address builder that returns one fixed `host:port` (what
+    `lp.AbstractAddressBuilder` asks of a launch type's builder)."""
+
+    def __init__(self, address: str):
+        self.address = address
+
+    def build(self) -> str:
+        return self.address
+
+
+def prepare_nodes(program: Any, program_stopper: Any) -> None:
+    """Gives every node the launch context local_mp gives it (LOCAL_MULTI_PROCESSING,
+    no launch config) with `program_stopper` as what `lp.stop()` calls in it, and
+    lets every handle know its node (as local_mp's launch does before binding)."""
+    from launchpad import context
+
+    for _label, nodes in program_groups(program):
+        for node in nodes:
+            ctx = _require(node, "launch_context", "launchpad Node.launch_context", LAUNCHPAD_PIN)
+            ctx.initialize(context.LaunchType.LOCAL_MULTI_PROCESSING, None, program_stopper)
+    for label, nodes in program_groups(program):
+        for node in nodes:
+            for handle in node.input_handles:
+                handle.connect(node, label)
+
+
+def bind_node_addresses(node: Any, addresses: list[str]) -> None:
+    """Binds each address a node owns or references (`node.addresses`, in order)."""
+    owned = list(node.addresses)
+    if len(owned) != len(addresses):
+        raise ValueError(f"{len(owned)} addresses to bind, {len(addresses)} given")
+    for address, value in zip(owned, addresses):
+        builder = StaticAddress(value)
+        address.bind(builder)
+
+
+def node_entry(node: Any) -> tuple[bytes, list[str]]:
+    """(payload, argv tail): the node's function pickled as local_mp pickles it, and
+    the command that runs it once the payload is in a file: argv tail + [path]."""
+    import os
+
+    import cloudpickle
+    from launchpad.launch import serialization
+    from launchpad.nodes.python import local_multi_processing
+
+    serialization.enable_lru_cache_pickling_once()
+    function = _require(node, "function", "launchpad PyNode.function", LAUNCHPAD_PIN)
+    entry = os.path.join(os.path.dirname(local_multi_processing.__file__), "process_entry.py")
+    if not os.path.isfile(entry):
+        raise CompatError("launchpad nodes/python/process_entry.py", LAUNCHPAD_PIN)
+    return cloudpickle.dumps([function]), [entry, "--lp_task_id=0", "--data_file"]
+
+
+def courier_server(instance: Any, port: int) -> Any:
+    """A started Courier server exposing `instance`'s public methods (what a
+    CourierNode serves), through Launchpad's courier_utils."""
+    from launchpad.nodes.courier import courier_utils
+
+    server = courier_utils.make_courier_server(instance, port=port)
+    server.Start()
+    return server
+
+
 # Every symbol above, as (description, importable check). tests/test_compat.py
 # runs each check against the installed packages.
 def _check_reverb() -> None:
@@ -211,6 +286,32 @@ def _check_launchpad() -> None:
     fields = set(run_locally.CommandToLaunch._fields) | set(dir(run_locally.CommandToLaunch))
     if not {"title", "command_as_list", "env_overrides"} <= fields:
         raise CompatError("launchpad run_locally.CommandToLaunch fields", LAUNCHPAD_PIN)
+    # What launch.ray_launch reaches (the "other launchers" section above).
+    import os
+
+    import launchpad as lp
+    from launchpad.launch import serialization
+    from launchpad.nodes.courier import courier_utils
+    from launchpad.nodes.python import local_multi_processing
+
+    _require(lp.Program("check"), "groups", "launchpad Program.groups", LAUNCHPAD_PIN)
+    _require(python_node.PyNode, "launch_context", "launchpad Node.launch_context", LAUNCHPAD_PIN)
+    _require(python_node.PyNode, "function", "launchpad PyNode.function", LAUNCHPAD_PIN)
+    _require(
+        serialization,
+        "enable_lru_cache_pickling_once",
+        "launchpad serialization.enable_lru_cache_pickling_once",
+        LAUNCHPAD_PIN,
+    )
+    _require(
+        courier_utils,
+        "make_courier_server",
+        "launchpad courier_utils.make_courier_server",
+        LAUNCHPAD_PIN,
+    )
+    entry = os.path.join(os.path.dirname(local_multi_processing.__file__), "process_entry.py")
+    if not os.path.isfile(entry):
+        raise CompatError("launchpad nodes/python/process_entry.py", LAUNCHPAD_PIN)
 
 
 SYMBOLS: dict[str, Any] = {

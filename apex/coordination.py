@@ -119,6 +119,20 @@ class Coordinator:
         """A node's beat (RPC): recorded, and written to RUN_DIR/heartbeats for tools."""
         self.heartbeats.record(beat)
 
+    def forget_node(self, node: str) -> None:
+        """The launcher restarts `node` on another host (RPC): its old beats are not
+        a death (apex.heartbeat.HeartbeatStore.forget)."""
+        self.heartbeats.forget(node)
+
+    def actor_counts(self, actor_id: int) -> tuple[int, int]:
+        """(env steps, episodes) actor `actor_id` reported last (RPC): a restarted
+        actor carries on from them, so the run's counts never go back."""
+        with self._lock:
+            return (
+                int(self._actor_steps.get(int(actor_id), 0)),
+                int(self._actor_episodes.get(int(actor_id), 0)),
+            )
+
     def node_finished(self, node: str) -> bool | None:
         """Whether `node` stopped or is gone (None: it never sent a beat)."""
         return self.heartbeats.finished(node)

@@ -45,6 +45,10 @@ STOPPED = "stopped"
 
 
 HOST = socket.gethostname()
+# Set by launch.ray_launch in a node's environment: the Ray node it runs on (a
+# beat carries it, so tools.status and tests see where each node was placed).
+RAY_NODE_ENV = "APEX_RAY_NODE_ID"
+PLACEMENT = {"ray_node": os.environ[RAY_NODE_ENV]} if os.environ.get(RAY_NODE_ENV) else {}
 
 # A beat is sent to a sink: a callable taking the beat (dict). A sink may
 # return a future (a courier `futures` call); the last beat at close() is
@@ -112,6 +116,7 @@ class Heartbeat:
             "node": self.node,
             "host": HOST,
             "pid": os.getpid(),
+            **PLACEMENT,
             **memory_mb(),
             "time": now,
             "state": self.state,
@@ -179,6 +184,12 @@ class HeartbeatStore:
             self._beats[beat["node"]] = beat
             if self._dir is not None:
                 write_json_atomic(os.path.join(self._dir, f"{beat['node']}.json"), beat)
+
+    def forget(self, node: str) -> None:
+        """Drops `node`'s last beat (its launcher is starting it again elsewhere: the
+        old process's silence is not a death). Its file stays for the tools."""
+        with self._lock:
+            self._beats.pop(node, None)
 
     def beats(self) -> dict[str, dict[str, Any]]:
         """A copy of every node's last beat (what the doctor reads)."""

@@ -43,6 +43,9 @@ from apex.variables import StopRequested
 # Set by launch.train: the launcher's pid. A node process whose launcher is gone
 # (SIGKILLed) stops itself in order instead of running on as an orphan.
 LAUNCHER_PID_ENV = "APEX_LAUNCHER_PID"
+# Set by a launcher that starts a node again after its host died (the Ray
+# launcher): an actor then carries on from the counts the coordinator holds.
+RESTARTED_ENV = "APEX_NODE_RESTARTED"
 
 
 def node_should_stop() -> Callable[[], bool]:
@@ -285,6 +288,13 @@ class ActorNode:
         c = self._config
         should_stop = node_should_stop()
         holder: dict = {}
+        if os.environ.get(RESTARTED_ENV) == "1":  # a launcher started it again elsewhere
+            try:
+                counts = tuple(self._coordinator.actor_counts(self._actor_id))
+                if counts[0] > self._initial_counts[0]:
+                    self._initial_counts = (int(counts[0]), int(counts[1]))
+            except Exception:  # noqa: BLE001 - the coordinator may be gone: start from ours
+                pass
 
         def counters() -> dict:
             a = holder.get("actor")
@@ -450,6 +460,12 @@ class CoordinatorNode:
 
     def node_finished(self, node):
         return self._coordinator.node_finished(node)
+
+    def forget_node(self, node) -> None:
+        self._coordinator.forget_node(node)
+
+    def actor_counts(self, actor_id):
+        return self._coordinator.actor_counts(actor_id)
 
     def nodes_finished(self, prefix):
         return self._coordinator.nodes_finished(prefix)

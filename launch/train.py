@@ -68,6 +68,28 @@ _VERBOSE = flags.DEFINE_bool(
     "Keep every line of library output (Reverb, Launchpad, absl INFO) that apex filters as noise.",
 )
 
+_LAUNCHER = flags.DEFINE_enum(
+    "launcher",
+    "local",
+    ["local", "ray"],
+    "local: this machine, as --lp_launch_type says (local_mp by default). ray: the same "
+    "program placed across a Ray cluster (--ray_address; config.cluster says what each node "
+    "takes); README 'Running on a cluster'.",
+)
+_RAY_ADDRESS = flags.DEFINE_string(
+    "ray_address",
+    "auto",
+    "With --launcher=ray: 'auto' (the cluster `ray start` started on this host) or "
+    "HOST:PORT of the head node.",
+)
+_RAY_SIMULATE = flags.DEFINE_integer(
+    "ray_simulate_nodes",
+    0,
+    "With --launcher=ray: start a Ray cluster of this many nodes on this machine for the run "
+    "(Ray's own multi-node simulation; a head with 'apex_learner', workers with "
+    "'apex_actor') and shut it down afterwards. 0: use --ray_address.",
+)
+
 _OVERRIDES: list[tuple[str, str]] = []
 _LAUNCH_TIME = time.time()
 
@@ -212,7 +234,6 @@ def _finalize_summary(run_dir: str, reason: str, failure: str | None = None) -> 
 def main(argv: list[str]) -> int:
     del argv
     logging.set_verbosity(logging.WARNING)
-    from apex import compat
     from apex.output import VERBOSE_ENV, FilteredStdout, TolerantStream
 
     if _VERBOSE.value:
@@ -233,6 +254,48 @@ def main(argv: list[str]) -> int:
     if not _CONFIG.value:
         raise ConfigError("--config", None, "a config file, e.g. --config=configs/apex_cartpole.py")
     config = load_config(_CONFIG.value, _OVERRIDES)
+    session = placement = None
+    if _LAUNCHER.value == "ray":
+        session, placement = _connect_ray(config, launch_type)
+    try:
+        return _launch(config, launch_type, start_time, session, placement)
+    finally:
+        if session is not None:
+            session.shutdown()
+
+
+def _connect_ray(config: apex_config.ApexConfig, launch_type: str):
+    """Connects to the Ray cluster and plans the placement, before anything is
+    created; every refusal is a ConfigError (one line, exit 2)."""
+    if flags.FLAGS["lp_launch_type"].present:
+        raise ConfigError(
+            "--lp_launch_type", launch_type, "no --lp_launch_type with --launcher=ray"
+        )
+    if _ISOLATE.value:
+        raise ConfigError(
+            "--isolate_network", True, "False with --launcher=ray (nodes talk across hosts)"
+        )
+    from apex.placement import PlacementError
+    from launch import ray_launch
+
+    session = ray_launch.connect(_RAY_ADDRESS.value, _RAY_SIMULATE.value, config)
+    try:
+        placement, wanted = ray_launch.plan(config, session)
+        home = next(n for n in session.nodes if n.node_id == placement["learner"])
+        if home.ip != session.launcher_ip:
+            raise PlacementError(
+                f"the learner's node {home.short} is not this host ({session.launcher_ip}); "
+                "start the launcher on the learner's host: the run directory is written there"
+            )
+    except BaseException:
+        session.shutdown()
+        raise
+    return session, (placement, wanted)
+
+
+def _launch(config, launch_type, start_time, session, placement) -> int:
+    from apex import compat
+
     if _ISOLATE.value:
         from apex import netns
 
@@ -278,6 +341,8 @@ def main(argv: list[str]) -> int:
             f"{st.get('wall_seconds', 0.0):.1f} s so far (stop.* limits count from these)",
             flush=True,
         )
+    if session is not None:
+        launch_type = f"on Ray ({len(session.nodes)} nodes at {session.address})"
     print(
         f"[apex] launching {launch_type}: {config.agent}, {config.actor.num_actors} actors x "
         f"{config.actor.envs_per_actor} envs on {config.env.id}",
@@ -285,7 +350,11 @@ def main(argv: list[str]) -> int:
     )
     print(f"[apex] replay: {apex_config.rate_limit_plan(config)}", flush=True)
     monitor = None
-    if launch_type == "local_mp":
+    manager = None
+    ray_failure = None
+    if session is not None:
+        ray_failure = _run_on_ray(program, config, session, placement)
+    elif launch_type == "local_mp":
         if _TERMINAL.value == "output_to_files":
             compat.set_output_to_files_dir(os.path.join(run_dir, "logs"))
             print(f"[apex] node output: {os.path.join(run_dir, 'logs')}/<node>", flush=True)
@@ -307,7 +376,7 @@ def main(argv: list[str]) -> int:
             manager.wait()
     except Exception as err:  # noqa: BLE001 - a node failed: report it and still write the summary
         failed = err
-    death = monitor.failure if monitor is not None else None
+    death = monitor.failure if monitor is not None else ray_failure
     remove_empty_stack_files(run_dir)
     summary = _finalize_summary(run_dir, "node failed" if failed else "stopped", death)
     # The one summary: summary.json as the run left it.
@@ -325,6 +394,49 @@ def main(argv: list[str]) -> int:
     code = exit_code(summary, failed is not None)
     sys.stdout.close()
     return code
+
+
+def _run_on_ray(program, config, session, placement) -> str | None:
+    """Runs the program on Ray until it stops; returns the failure the launcher
+    saw (a server node's host died, a node exited with an error), if any."""
+    from apex.output import verbose, write_lines
+    from apex.placement import PlacementError
+    from launch import ray_launch
+
+    def out(lines: list[bytes]) -> None:
+        if lines:
+            sys.stdout.flush()
+            write_lines(1, lines)
+
+    launcher = ray_launch.RayLauncher(
+        program,
+        config,
+        session,
+        *placement,
+        out=out,
+        tty=os.isatty(1),
+        keep_all=verbose(),
+    )
+
+    def on_signal(signum, frame):
+        if signum in _SIGNALS_SEEN and signum == signal.SIGINT:
+            print(
+                "[apex] second Ctrl-C: the stop goes on (the final checkpoint is being written)",
+                flush=True,
+            )
+        _SIGNALS_SEEN.append(signum)
+        launcher.request_stop()
+
+    for sig in EXIT_SIGNAL:
+        signal.signal(sig, on_signal)
+    try:
+        launcher.start()
+    except PlacementError as err:
+        launcher.close()
+        return f"placement: {err}"
+    print(f"[apex] placement: {launcher.placement_text()}", flush=True)
+    launcher.wait()
+    return launcher.failure
 
 
 def remove_empty_stack_files(run_dir: str) -> None:
@@ -434,11 +546,16 @@ def run() -> None:
     from apex.lifecycle import STOP_WINDOW
 
     flags.FLAGS.set_default("lp_termination_notice_secs", int(STOP_WINDOW.kill_seconds))
+    from apex.placement import PlacementError
+
     try:
         app.run(main, flags_parser=parse_flags)
     except ConfigError as err:
         print(f"apex: invalid configuration: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
+    except PlacementError as err:  # --launcher=ray, before anything was created
+        print(f"apex: the program does not fit the Ray cluster: {err}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -p no:cacheprovider -m "not integration and not learning and not cli" --durations=10 "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider -m "not integration and not learning and not cli and not ray" --durations=10 "$@"

@@ -131,7 +131,11 @@ def test_overrides_parse_by_field_type():
             "3",
             "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, max_restarts, num_actors",
         ),
-        ("actr.num_actors", "3", "the config has: actor, agent, checkpoint, env, evaluation"),
+        (
+            "actr.num_actors",
+            "3",
+            "the config has: actor, agent, checkpoint, cluster, env, evaluation",
+        ),
         ("actor", "3", "is a section with"),
         ("actor.num_actors", "many", "actor.num_actors='many' is invalid: expected an integer"),
         ("stop.when_solved", "maybe", "a boolean"),

@@ -228,6 +228,38 @@ class LoggingConfig:
 
 
 @dataclasses.dataclass
+class ClusterConfig:
+    """Placement on a Ray cluster (`--launcher=ray`; a local launch ignores it).
+
+    The learner (with the replay it serves), the coordinator and the evaluator
+    go to one node: one with `learner_resource` (and `learner_gpus`) when set,
+    else the launcher's own node. Actors are spread over the other nodes (those
+    with `actor_resource` when set), and over the learner's node's spare CPUs
+    only when the others are full. CPUs are Ray's logical CPUs.
+    """
+
+    learner_cpus: float = 1.0
+    """CPUs the learner's process takes (with the replay server when
+    replay.colocate_with_learner)."""
+    replay_cpus: float = 1.0
+    """CPUs the replay server's process takes when it is a node of its own."""
+    coordinator_cpus: float = 0.5
+    """CPUs of the coordinator's process (with the evaluator in it)."""
+    actor_cpus: float = 1.0
+    """CPUs each actor's process takes."""
+    learner_gpus: float = 0.0
+    """GPUs the learner's process takes (its node must have them)."""
+    learner_resource: str | None = None
+    """A custom Ray resource (e.g. 'apex_learner', declared with `ray start
+    --resources='{"apex_learner": 1}'`) the learner's node must have."""
+    actor_resource: str | None = None
+    """A custom Ray resource every actor's node must have (None: any node)."""
+    start_timeout_seconds: float = 120.0
+    """How long the launcher waits for every node's Ray actor to be placed and
+    started before it gives up (naming the ones still pending)."""
+
+
+@dataclasses.dataclass
 class ApexConfig:
     """A whole program: Ape-X DQN or R2D2."""
 
@@ -243,6 +275,7 @@ class ApexConfig:
     stop: StopConfig = dataclasses.field(default_factory=StopConfig)
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
     run_dir: str = ""
     """Where metrics, config and summary.json go ('' : runs/<time>-<config>)."""
     seed: int = 0

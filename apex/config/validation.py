@@ -85,6 +85,12 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("logging.metrics_period_seconds", "num>0", False),
     ("logging.heartbeat_period_seconds", "num>=0", False),
     ("logging.stall_seconds", "num>0", False),
+    ("cluster.learner_cpus", "num>=0", False),
+    ("cluster.replay_cpus", "num>=0", False),
+    ("cluster.coordinator_cpus", "num>=0", False),
+    ("cluster.actor_cpus", "num>=0", False),
+    ("cluster.learner_gpus", "num>=0", False),
+    ("cluster.start_timeout_seconds", "num>0", False),
     ("seed", "int>=0", False),
 )
 
@@ -127,6 +133,14 @@ def validate(config: ApexConfig) -> None:
         ok, valid = _KINDS[kind]
         _check(ok(value), path, value, f"None or {valid}" if optional else valid)
 
+    for path in ("cluster.learner_resource", "cluster.actor_resource"):
+        value = _get(c, path)
+        _check(
+            value is None or (isinstance(value, str) and bool(value.strip())),
+            path,
+            value,
+            "None or the name of a custom Ray resource, e.g. 'apex_learner'",
+        )
     r, lr, s = c.replay, c.learner, c.stop
     _check(
         r.min_size <= r.capacity,

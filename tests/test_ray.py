@@ -1,0 +1,252 @@
+"""`--launcher=ray`: the default CartPole program placed across a multi-node Ray
+cluster simulated on this machine (Ray's own ray.cluster_utils.Cluster: one
+raylet per node, each with its own CPUs and custom resources)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.procs import (
+    ROOT,
+    STARTUP_TIMEOUT,
+    STOP_TIMEOUT,
+    kill_tree,
+    start_train,
+    wait_for_state,
+    wait_until,
+    wait_until_gone,
+)
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.ray, pytest.mark.integration]
+
+ON_CLUSTER = (
+    "--launcher=ray",
+    "--config.cluster.learner_resource=apex_learner",
+    "--config.cluster.actor_resource=apex_actor",
+    "--config.checkpoint.period_seconds=None",
+    "--config.logging.tensorboard=False",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head (2 CPUs, 'apex_learner') and two workers (2 CPUs, 'apex_actor')."""
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {"apex_learner": 1},
+            "include_dashboard": False,
+        },
+    )
+    for _ in range(2):
+        c.add_node(num_cpus=2, resources={"apex_actor": 1})
+    c.wait_for_nodes()
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+def _all_free(cluster) -> bool:
+    """Every CPU and custom resource of the cluster is free: no Ray actor of a
+    program holds any. (The test connects only for this: a node a driver is
+    attached to cannot be removed.)"""
+    ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+    try:
+        total, free = ray.cluster_resources(), ray.available_resources()
+    finally:
+        ray.shutdown()
+    keys = [k for k in total if k == "CPU" or k.startswith("apex_")]
+    return all(abs(free.get(k, 0.0) - total[k]) < 1e-6 for k in keys)
+
+
+def _beats(run_dir: str) -> dict[str, dict]:
+    out = {}
+    folder = os.path.join(run_dir, "heartbeats")
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, name)) as f:
+                out[name[: -len(".json")]] = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def _head_id(cluster) -> str:
+    return cluster.head_node.node_id
+
+
+def test_the_default_program_trains_across_nodes_and_leaves_nothing(cluster, tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        *ON_CLUSTER,
+        f"--ray_address={cluster.address}",
+        "--config.stop.max_learner_steps=300",
+        "--config.stop.max_wall_seconds=240",
+    )
+    try:
+        out, _ = proc.communicate(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 0, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stop_reason"] == "max_learner_steps", summary
+    assert summary["learner_steps"] >= 300
+    assert summary["env_steps"] > 0 and summary["replay_size"] > 0, summary
+    assert "[apex] placement:" in out, out[-3000:]
+
+    beats = _beats(run_dir)
+    head = _head_id(cluster)
+    assert beats["learner"]["ray_node"] == head, beats["learner"]
+    assert beats["coordinator"]["ray_node"] == head
+    actor_nodes = {beats[f"actor_{i}"]["ray_node"] for i in range(2)}
+    assert head not in actor_nodes, (head, actor_nodes)
+    assert len(actor_nodes) == 2  # spread: one per worker node
+
+    wait_until_gone(token)  # no node process of the program on any node
+    wait_until(
+        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
+    )
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_worker_node_s_actor_comes_back_elsewhere(cluster, tmp_path):
+    spare = cluster.add_node(num_cpus=2, resources={"apex_actor": 1})
+    cluster.wait_for_nodes()
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        *ON_CLUSTER,
+        f"--ray_address={cluster.address}",
+        "--config.actor.restart_backoff_seconds=0.5",
+        "--config.stop.max_wall_seconds=600",
+    )
+    lines: list[str] = []  # read as it comes: a full pipe would hold the launcher
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50)
+        beats = _beats(run_dir)
+        with open(os.path.join(run_dir, "placement.json")) as f:
+            placed = json.load(f)
+        # An actor's node, not the one the launcher's Ray driver is attached to
+        # (on one machine Ray attaches it to any node: on a cluster, the head).
+        name, victim = next(
+            (a, n)
+            for a in ("actor_0", "actor_1")
+            for n in cluster.worker_nodes
+            if n.node_id == beats[a]["ray_node"] and n.node_id != placed["launcher_node"]
+        )
+        assert placed["nodes"][name]["ray_node"] == victim.node_id
+        steps_before = int(beats[name]["counters"].get("env_steps", 0))
+        cluster.remove_node(victim)
+
+        def moved() -> dict | None:
+            beat = _beats(run_dir).get(name, {})
+            alive = beat.get("ray_node") not in (None, victim.node_id)
+            return beat if alive and beat.get("state") != "stopped" else None
+
+        beat = wait_until(
+            moved,
+            STARTUP_TIMEOUT,
+            lambda: f"{name} to run again on another node; output: {''.join(lines)[-4000:]}",
+        )
+        # It carried on from its counts (the run's env steps never go back).
+        wait_until(
+            lambda: int(_beats(run_dir)[name]["counters"].get("env_steps", 0)) > steps_before,
+            STARTUP_TIMEOUT,
+            f"the restarted {name} to step envs",
+        )
+        assert beat["ray_node"] != victim.node_id
+        proc.send_signal(2)  # Ctrl-C: an orderly stop of every node
+        proc.wait(timeout=STOP_TIMEOUT)
+        reader.join(timeout=STOP_TIMEOUT)
+    finally:
+        kill_tree(proc, token)
+    out = "".join(lines)
+    assert "restarted on Ray node" in out, out[-3000:]
+    assert proc.returncode == 130, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stop_reason"] == "stopped", summary
+    assert summary.get("failure") is None, summary
+    assert summary["checkpoint"], summary  # the final checkpoint was written
+    with open(os.path.join(run_dir, "placement.json")) as f:
+        placed = json.load(f)
+    assert placed["nodes"][name]["restarts"] == 1
+    assert placed["nodes"][name]["ray_node"] not in (victim.node_id, None)
+    wait_until_gone(token)
+    wait_until(
+        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
+    )
+    del spare
+
+
+def _refused(args: list[str], tmp_path, env: dict | None = None) -> str:
+    run_dir = str(tmp_path / "never")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--config=configs/apex_cartpole.py",
+            f"--config.run_dir={run_dir}",
+            *args,
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_TIMEOUT,
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not os.path.exists(run_dir)  # refused before anything was created
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_bad_ray_input_is_one_line_and_exit_2(cluster, tmp_path):
+    line = _refused(["--launcher=ray", "--ray_address=127.0.0.1:9"], tmp_path)
+    assert "--ray_address='127.0.0.1:9'" in line and "nothing answers" in line, line
+
+    line = _refused(
+        [
+            "--launcher=ray",
+            f"--ray_address={cluster.address}",
+            "--config.cluster.learner_resource=gpu_box",
+        ],
+        tmp_path,
+    )
+    assert "no node for the learner" in line and "'gpu_box'" in line, line
+
+    line = _refused(
+        ["--launcher=ray", f"--ray_address={cluster.address}", "--config.actor.num_actors=40"],
+        tmp_path,
+    )
+    assert "needs 41.5 CPUs" in line and "40 actors x 1" in line, line
+    assert "the cluster has 6 free" in line, line
+
+    shim = tmp_path / "no_ray"
+    (shim / "ray").mkdir(parents=True)
+    (shim / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    line = _refused(
+        ["--launcher=ray"],
+        tmp_path,
+        env={"PYTHONPATH": f"{shim}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+    )
+    assert "Ray installed" in line and "setup.sh" in line, line
