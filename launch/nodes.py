@@ -79,15 +79,39 @@ def _metrics(config: ApexConfig, run_dir: str, name: str, step_key: str) -> Metr
     return MetricsWriter(run_dir, name, step_key=step_key, tensorboard=config.logging.tensorboard)
 
 
+class PinnedPortAddress(lp.Address):
+    """An lp.Address with a fixed port (replay.port): whatever builder a launch
+    binds picks the host (localhost under local_mp, the host's IP on Ray), the
+    port stays the configured one."""
+
+    pinned_port: int = 0
+
+    def bind(self, address_builder) -> None:
+        super().bind(_PinnedPortBuilder(address_builder, self.pinned_port))
+
+
+class _PinnedPortBuilder:
+    def __init__(self, inner, port: int):
+        self.inner = inner
+        self.port = int(port)
+
+    def build(self) -> str:
+        return f"{self.inner.build().rsplit(':', 1)[0]}:{self.port}"
+
+
 class GracefulReverbNode(lp.ReverbNode):
     """lp.ReverbNode whose server outlives the stop request: by the grace period,
     and until the coordinator says the learner has finished (its drain that
     releases the actors and its final checkpoint), at most
     STOP_WINDOW.final_checkpoint_wait."""
 
-    def __init__(self, tables_fn, checkpoint_ctor=None):
+    def __init__(self, tables_fn, checkpoint_ctor=None, port: int | None = None):
         super().__init__(tables_fn, checkpoint_ctor)
         self._coordinator_handle: Any = None
+        if port is not None:  # replay.port: the server listens there, clients dial it
+            address = self.reverb_address
+            address.__class__ = PinnedPortAddress
+            address.pinned_port = int(port)
 
     def wait_for_learner_through(self, coordinator_handle: Any) -> None:
         """At a stop, ask the coordinator (its handle) whether the learner has finished.
@@ -133,10 +157,16 @@ class LearnerNode:
         self._coordinator = coordinator
         self._coordinator_gone = False
         self._heartbeat = _heartbeat(config, coordinator, "learner", self._counters)
+        address = replay.server_address
+        if config.replay.colocate_with_learner:
+            # The server is in this process: Reverb samples in-process (no gRPC) only
+            # through a localhost address, and a launcher on a cluster binds the
+            # host's IP (launch.ray_launch).
+            address = "localhost:" + address.rsplit(":", 1)[1]
         self._learner = Learner(
             config,
             spec,
-            replay.server_address,
+            address,
             builder=builder,
             coordinator=coordinator,
             metrics=_metrics(config, run_dir, "learner", "learner/steps"),

@@ -69,7 +69,9 @@ def make_program(
             path=checkpointing.replay_root(run_dir),
             fallback_checkpoint_path=resume.replay_path if resume is not None else None,
         )
-    replay_node = GracefulReverbNode(functools.partial(make_tables, config, spec), checkpoint_ctor)
+    replay_node = GracefulReverbNode(
+        functools.partial(make_tables, config, spec), checkpoint_ctor, port=config.replay.port
+    )
     replay = replay_node.create_handle()
 
     resume_state = resume.state if resume is not None else None

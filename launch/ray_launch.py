@@ -52,8 +52,6 @@ from apex.restart import decide_restart
 
 RAY_NAMESPACE = "apex"
 PLACEMENT_FILE = "placement.json"
-SIMULATED_HEAD_RESOURCE = "apex_learner"
-SIMULATED_WORKER_RESOURCE = "apex_actor"
 # What the launcher passes on to node processes from its own environment.
 _ENV_PREFIXES = ("APEX_", "TF_CPP_", "PYTHONWARNINGS")
 _PALETTE = (36, 33, 32, 34, 35)
@@ -117,26 +115,60 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         ) from None
 
 
-def start_simulated_cluster(num_nodes: int, head_cpus: float, worker_cpus: float) -> Any:
-    """Ray's own multi-node simulation on this machine (ray.cluster_utils.Cluster):
-    a head node with the custom resource 'apex_learner' and `num_nodes - 1`
-    worker nodes with 'apex_actor', each a raylet of its own."""
-    ray = _import_ray()
-    del ray
-    from ray.cluster_utils import Cluster
+class SimulatedCluster:
+    """`python -m launch.ray_cluster` (Ray's multi-node simulation on this machine)
+    in a session of its own: a Ctrl-C in the terminal reaches the launcher, which
+    stops the program in order, and not the raylets under it. It shuts itself
+    down when this process exits, however that happens."""
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": head_cpus,
-            "resources": {SIMULATED_HEAD_RESOURCE: 1},
-            "include_dashboard": False,
-        },
-    )
-    for _ in range(num_nodes - 1):
-        cluster.add_node(num_cpus=worker_cpus, resources={SIMULATED_WORKER_RESOURCE: 1})
-    cluster.wait_for_nodes()
-    return cluster
+    def __init__(self, num_nodes: int, head_cpus: int, worker_cpus: int, timeout: float = 120.0):
+        import subprocess
+
+        from launch.ray_cluster import ADDRESS_PREFIX
+
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "launch.ray_cluster",
+                f"--nodes={num_nodes}",
+                f"--head_cpus={head_cpus}",
+                f"--worker_cpus={worker_cpus}",
+                f"--parent_pid={os.getpid()}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"),
+        )
+        found: list[str] = []
+        reader = threading.Thread(
+            target=lambda: found.extend(
+                line.strip() for line in self._proc.stdout if line.startswith(ADDRESS_PREFIX)
+            ),
+            daemon=True,
+        )
+        reader.start()
+        deadline = time.time() + timeout
+        while not found and self._proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        if not found:
+            self.shutdown()
+            err = (self._proc.stderr.read() if self._proc.stderr else "")[-2000:]
+            raise RayUnavailableError(
+                "--ray_simulate_nodes", num_nodes, f"a simulated cluster that starts ({err})"
+            )
+        self.address = found[0][len(ADDRESS_PREFIX) :]
+
+    def shutdown(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=60)
+            except Exception:  # noqa: BLE001 - it did not stop: kill it
+                self._proc.kill()
 
 
 def cluster_nodes(ray: Any) -> list[ClusterNode]:
@@ -184,8 +216,8 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
             servers += c.replay_cpus
         per_worker = math.ceil(config.actor.num_actors * c.actor_cpus / (simulate_nodes - 1))
         # Ray's node CPU counts are whole numbers.
-        simulated = start_simulated_cluster(
-            simulate_nodes, max(math.ceil(servers), 1), max(per_worker, 1)
+        simulated = SimulatedCluster(
+            simulate_nodes, max(math.ceil(servers), 1), max(int(per_worker), 1)
         )
         address = simulated.address
     elif address != "auto":
@@ -592,6 +624,7 @@ class RayLauncher:
             slot.exit_code = -1
             self._fail(f"{reason}: {type(err).__name__}")
             return
+        self._forget(slot.demand.name)  # its silence from now on is not a death
         c = self._config.actor
         slot.restarts += 1
         decision = decide_restart(
@@ -618,7 +651,7 @@ class RayLauncher:
             slot.host = self._new_host(slot, None)  # any node with its CPUs and resource
             self._await_infos([slot])
             self._bind(slot)
-            self._forget(slot.demand.name)
+            self._forget(slot.demand.name)  # the old process's last beats too
             self._start(slot, restarted=True)
         except Exception as err:  # noqa: BLE001 - no room anywhere: the program fails
             slot.exit_code = -1

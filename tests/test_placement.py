@@ -97,3 +97,25 @@ def test_cluster_fields_are_validated(field, value):
     setattr(config.cluster, field, value)
     with pytest.raises(ConfigError, match=f"cluster.{field}="):
         validate(config)
+
+
+def test_replay_port_pins_the_port_whatever_host_a_launch_binds():
+    """replay.port is where the server listens and clients dial, under local_mp
+    (localhost) and on Ray (the host's IP)."""
+    import pickle
+
+    from launchpad.address import SimpleLocalAddressBuilder
+
+    from apex import compat
+    from launch.nodes import GracefulReverbNode
+
+    node = GracefulReverbNode(lambda: [], None, port=23456)
+    address = node.reverb_address
+    address.bind(SimpleLocalAddressBuilder())
+    assert address.resolve() == "localhost:23456"
+    compat.bind_node_addresses(node, ["10.0.0.7:40001"])
+    assert address.resolve() == "10.0.0.7:23456"
+    assert pickle.loads(pickle.dumps(address)).resolve() == "10.0.0.7:23456"  # as nodes get it
+    free = GracefulReverbNode(lambda: [], None)
+    compat.bind_node_addresses(free, ["10.0.0.7:40001"])
+    assert free.reverb_address.resolve() == "10.0.0.7:40001"

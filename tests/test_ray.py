@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from tests.procs import (
     wait_until,
     wait_until_gone,
 )
+from tools.status import format_status, status
 
 ray = pytest.importorskip("ray")
 
@@ -39,20 +41,9 @@ ON_CLUSTER = (
 @pytest.fixture(scope="module")
 def cluster():
     """Head (2 CPUs, 'apex_learner') and two workers (2 CPUs, 'apex_actor')."""
-    from ray.cluster_utils import Cluster
+    from launch.ray_cluster import start
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "resources": {"apex_learner": 1},
-            "include_dashboard": False,
-        },
-    )
-    for _ in range(2):
-        c.add_node(num_cpus=2, resources={"apex_actor": 1})
-    c.wait_for_nodes()
+    c = start(3, head_cpus=2, worker_cpus=2)
     try:
         yield c
     finally:
@@ -117,7 +108,44 @@ def test_the_default_program_trains_across_nodes_and_leaves_nothing(cluster, tmp
     assert head not in actor_nodes, (head, actor_nodes)
     assert len(actor_nodes) == 2  # spread: one per worker node
 
+    text = format_status(status(run_dir))  # tools.status names each node's Ray node
+    assert f"(Ray node {head[:8]})" in text, text
+
     wait_until_gone(token)  # no node process of the program on any node
+    wait_until(
+        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
+    )
+
+
+def test_losing_the_learner_s_host_stops_the_program_in_order(cluster, tmp_path):
+    """The learner's Ray worker dies (as with its node): no restart, the program
+    stops in order with 'node failed', exit 1, nothing left."""
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        *ON_CLUSTER,
+        f"--ray_address={cluster.address}",
+        "--config.stop.max_wall_seconds=600",
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 20)
+        with open(os.path.join(run_dir, "placement.json")) as f:
+            host_pid = json.load(f)["nodes"]["learner"]["host_pid"]
+        os.kill(host_pid, signal.SIGKILL)  # the learner's NodeHost (its Ray worker)
+        proc.wait(timeout=STOP_TIMEOUT)
+        reader.join(timeout=STOP_TIMEOUT)
+    finally:
+        kill_tree(proc, token)
+    out = "".join(lines)
+    assert proc.returncode == 1, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stop_reason"] == "node failed", summary
+    assert "learner/0's Ray worker or node" in summary["failure"], summary
+    wait_until_gone(token)
     wait_until(
         lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
     )
@@ -140,7 +168,12 @@ def test_a_killed_worker_node_s_actor_comes_back_elsewhere(cluster, tmp_path):
     reader.start()
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50)
-        beats = _beats(run_dir)
+
+        def both_actors() -> dict | None:
+            beats = _beats(run_dir)
+            return beats if {"actor_0", "actor_1"} <= set(beats) else None
+
+        beats = wait_until(both_actors, STARTUP_TIMEOUT, "both actors' beats")
         with open(os.path.join(run_dir, "placement.json")) as f:
             placed = json.load(f)
         # An actor's node, not the one the launcher's Ray driver is attached to

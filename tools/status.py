@@ -96,6 +96,8 @@ def format_status(s: dict) -> str:
         # A stopped or dead node has no current rate: its last one would read as live.
         rate = n.get("rate_per_second") if n["alive"] and n["state"] != STOPPED else None
         where = "" if n.get("host", HOST) == HOST else f" on {n['host']}"
+        if n.get("ray_node"):  # --launcher=ray: the Ray node it was placed on
+            where += f" (Ray node {n['ray_node'][:8]})"
         rss = n.get("rss_mb")
         counters = ", ".join(f"{k} {v:,}" for k, v in n.get("counters", {}).items())
         lines.append(
