@@ -105,10 +105,13 @@ def start_launcher_watchdog(launcher_pid: int, period: float = 1.0) -> bool:
             try:
                 os.kill(launcher_pid, 0)
             except ProcessLookupError:
-                print(
-                    f"[apex] the launcher (pid {launcher_pid}) is gone; stopping this node",
-                    flush=True,
-                )
+                try:  # whoever read our output may be gone with the launcher
+                    print(
+                        f"[apex] the launcher (pid {launcher_pid}) is gone; stopping this node",
+                        flush=True,
+                    )
+                except (OSError, ValueError):
+                    pass
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             except PermissionError:  # exists, another user's: not ours any more

@@ -328,28 +328,48 @@ class NodeHost:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        self._proc = subprocess.Popen(
-            [sys.executable, *argv_tail, path],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-            stdin=subprocess.DEVNULL,
-        )
+        # The node writes to a file, not a pipe to this host: if this host dies
+        # first, the node's writes still succeed while it stops itself in order
+        # (a broken pipe would raise in whichever of its threads printed).
+        self.log_path = os.path.join(self._dir, "output.log")
+        with open(self.log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, *argv_tail, path],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+            )
         self._reader = threading.Thread(target=self._read, name="node-output", daemon=True)
         self._reader.start()
         return self._proc.pid
 
     def _read(self) -> None:
-        fd = self._proc.stdout.fileno()
-        while True:
-            data = os.read(fd, 65536)
-            if not data:
-                break
-            batch = self._filter.feed(data)
-            with self._lock:
-                self._lines.extend(batch)
+        """Follows the node's output file until the node has exited and all of it
+        is read."""
+        with open(self.log_path, "rb") as f:
+            while True:
+                data = f.read(65536)
+                if data:
+                    batch = self._filter.feed(data)
+                    with self._lock:
+                        self._lines.extend(batch)
+                    continue
+                if self._proc.poll() is not None:
+                    data = f.read()
+                    if not data:
+                        break
+                    continue
+                time.sleep(0.1)  # tailing a file: nothing new yet
         with self._lock:
             self._lines.extend(self._filter.flush())
+
+    def cleanup(self) -> None:
+        """Removes this host's files (the node's job and output) once it has exited."""
+        import shutil
+
+        if self._proc is None or self._proc.poll() is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def tick(self) -> tuple[list[bytes], int | None]:
         """(output lines since the last tick, the exit code once the node has
@@ -715,6 +735,10 @@ class RayLauncher:
         control server."""
         for slot in self._slots:
             if slot.host is not None:
+                try:
+                    self._ray.get(slot.host.cleanup.remote(), timeout=5)
+                except Exception:  # noqa: BLE001 - a gone host leaves its temp folder
+                    pass
                 try:
                     self._ray.kill(slot.host, no_restart=True)
                 except Exception:  # noqa: BLE001 - already gone

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 
 import pytest
@@ -26,11 +27,15 @@ def _lock() -> dict[str, str]:
 def test_the_installed_environment_is_the_lock():
     lock = _lock()
     wrong = {}
+    # What the environment installed, read from its site-packages only: `import
+    # ray` puts Ray's vendored copies (ray/thirdparty_files: psutil) on sys.path.
+    site = sysconfig.get_paths()["purelib"]
+    installed_versions = {
+        d.metadata["Name"].lower().replace("_", "-"): d.version
+        for d in metadata.distributions(path=[site])
+    }
     for name, version in lock.items():
-        try:
-            installed = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            installed = None
+        installed = installed_versions.get(name.lower().replace("_", "-"))
         if installed != version:
             wrong[name] = (version, installed)
     assert not wrong, f"(locked, installed) differ: {wrong}; run ./scripts/setup.sh"

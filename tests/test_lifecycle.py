@@ -90,3 +90,27 @@ for attempt in (
     assert lines[1:] == ["refused", "True"] * 4
     assert outside.read_text() == "ok"
     assert sorted(os.listdir(run_dir)) == ["config.json"]
+
+
+def test_the_launcher_watchdog_stops_the_node_even_when_its_output_is_gone():
+    """A node whose launcher died, and with it the reader of the node's output
+    (a broken pipe): the watchdog's SIGTERM still comes (its message is dropped)."""
+    import subprocess
+    import sys
+
+    from tests.procs import ROOT
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that is gone
+    script = (
+        "import time, signal\n"
+        "from apex import lifecycle\n"
+        "signal.signal(signal.SIGPIPE, signal.SIG_IGN)\n"
+        f"lifecycle.start_launcher_watchdog({dead.pid}, period=0.1)\n"
+        "time.sleep(120)\n"
+    )
+    node = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    node.stdout.close()  # the reader is gone before the watchdog prints
+    assert node.wait(timeout=60) == -15

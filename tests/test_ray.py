@@ -79,15 +79,10 @@ def _head_id(cluster) -> str:
     return cluster.head_node.node_id
 
 
-def test_the_default_program_trains_across_nodes_and_leaves_nothing(cluster, tmp_path):
-    run_dir = str(tmp_path / "run")
-    proc, token = start_train(
-        run_dir,
-        *ON_CLUSTER,
-        f"--ray_address={cluster.address}",
-        "--config.stop.max_learner_steps=300",
-        "--config.stop.max_wall_seconds=240",
-    )
+def _run_to_the_end(cluster, run_dir: str, *overrides: str) -> tuple[str, dict]:
+    """Runs the program on `cluster` to its stop; asserts exit 0 and that nothing of
+    it is left (node processes, Ray actors); returns (output, summary.json)."""
+    proc, token = start_train(run_dir, *ON_CLUSTER, f"--ray_address={cluster.address}", *overrides)
     try:
         out, _ = proc.communicate(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
     finally:
@@ -95,6 +90,21 @@ def test_the_default_program_trains_across_nodes_and_leaves_nothing(cluster, tmp
     assert proc.returncode == 0, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
+    wait_until_gone(token)  # no node process of the program on any node
+    wait_until(
+        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
+    )
+    return out, summary
+
+
+def test_the_default_program_trains_across_nodes_resumes_and_leaves_nothing(cluster, tmp_path):
+    run_dir = str(tmp_path / "run")
+    out, summary = _run_to_the_end(
+        cluster,
+        run_dir,
+        "--config.stop.max_learner_steps=300",
+        "--config.stop.max_wall_seconds=240",
+    )
     assert summary["stop_reason"] == "max_learner_steps", summary
     assert summary["learner_steps"] >= 300
     assert summary["env_steps"] > 0 and summary["replay_size"] > 0, summary
@@ -111,10 +121,16 @@ def test_the_default_program_trains_across_nodes_and_leaves_nothing(cluster, tmp
     text = format_status(status(run_dir))  # tools.status names each node's Ray node
     assert f"(Ray node {head[:8]})" in text, text
 
-    wait_until_gone(token)  # no node process of the program on any node
-    wait_until(
-        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
+    # Resume works as locally: the same run directory, more steps.
+    _, resumed = _run_to_the_end(
+        cluster,
+        run_dir,
+        "--config.stop.max_learner_steps=500",
+        "--config.stop.max_wall_seconds=240",
     )
+    assert resumed["resumed_from"], resumed
+    assert resumed["learner_steps"] >= 500
+    assert resumed["env_steps"] >= summary["env_steps"], (resumed, summary)
 
 
 def test_losing_the_learner_s_host_stops_the_program_in_order(cluster, tmp_path):
