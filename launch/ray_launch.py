@@ -235,9 +235,15 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
     except (ConnectionError, RuntimeError, ValueError) as err:
         if simulated is not None:
             simulated.shutdown()
-        raise RayUnavailableError(
-            "--ray_address", address, f"a running Ray cluster ({str(err).splitlines()[0]})"
-        ) from None
+        if address == "auto":
+            why = (
+                "a Ray cluster started on this host; none is running here (start one with "
+                "`.venv/bin/ray start --head`, pass --ray_address=HOST:PORT of a remote head, "
+                "or try --ray_simulate_nodes=3)"
+            )
+        else:
+            why = f"a running Ray cluster ({str(err).splitlines()[0]})"
+        raise RayUnavailableError("--ray_address", address, why) from None
     nodes = cluster_nodes(ray)
     free = float(ray.available_resources().get("CPU", 0.0))
     return RaySession(

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 
 import pytest
 
+from apex.lifecycle import NO_SHARED_FS_ENV
 from tests.procs import (
     ROOT,
     STARTUP_TIMEOUT,
@@ -23,7 +23,6 @@ from tests.procs import (
     wait_until,
     wait_until_gone,
 )
-from tools.status import format_status, status
 
 ray = pytest.importorskip("ray")
 
@@ -79,98 +78,18 @@ def _head_id(cluster) -> str:
     return cluster.head_node.node_id
 
 
-def _run_to_the_end(cluster, run_dir: str, *overrides: str) -> tuple[str, dict]:
-    """Runs the program on `cluster` to its stop; asserts exit 0 and that nothing of
-    it is left (node processes, Ray actors); returns (output, summary.json)."""
-    proc, token = start_train(run_dir, *ON_CLUSTER, f"--ray_address={cluster.address}", *overrides)
-    try:
-        out, _ = proc.communicate(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
-    finally:
-        kill_tree(proc, token)
-    assert proc.returncode == 0, out[-3000:]
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
-    wait_until_gone(token)  # no node process of the program on any node
-    wait_until(
-        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
-    )
-    return out, summary
-
-
-def test_the_default_program_trains_across_nodes_resumes_and_leaves_nothing(cluster, tmp_path):
-    run_dir = str(tmp_path / "run")
-    out, summary = _run_to_the_end(
-        cluster,
-        run_dir,
-        "--config.stop.max_learner_steps=300",
-        "--config.stop.max_wall_seconds=240",
-    )
-    assert summary["stop_reason"] == "max_learner_steps", summary
-    assert summary["learner_steps"] >= 300
-    assert summary["env_steps"] > 0 and summary["replay_size"] > 0, summary
-    assert "[apex] placement:" in out, out[-3000:]
-
-    beats = _beats(run_dir)
-    head = _head_id(cluster)
-    assert beats["learner"]["ray_node"] == head, beats["learner"]
-    assert beats["coordinator"]["ray_node"] == head
-    actor_nodes = {beats[f"actor_{i}"]["ray_node"] for i in range(2)}
-    assert head not in actor_nodes, (head, actor_nodes)
-    assert len(actor_nodes) == 2  # spread: one per worker node
-
-    text = format_status(status(run_dir))  # tools.status names each node's Ray node
-    assert f"(Ray node {head[:8]})" in text, text
-
-    # Resume works as locally: the same run directory, more steps.
-    _, resumed = _run_to_the_end(
-        cluster,
-        run_dir,
-        "--config.stop.max_learner_steps=500",
-        "--config.stop.max_wall_seconds=240",
-    )
-    assert resumed["resumed_from"], resumed
-    assert resumed["learner_steps"] >= 500
-    assert resumed["env_steps"] >= summary["env_steps"], (resumed, summary)
-
-
-def test_losing_the_learner_s_host_stops_the_program_in_order(cluster, tmp_path):
-    """The learner's Ray worker dies (as with its node): no restart, the program
-    stops in order with 'node failed', exit 1, nothing left."""
-    run_dir = str(tmp_path / "run")
-    proc, token = start_train(
-        run_dir,
-        *ON_CLUSTER,
-        f"--ray_address={cluster.address}",
-        "--config.stop.max_wall_seconds=600",
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    try:
-        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 20)
-        with open(os.path.join(run_dir, "placement.json")) as f:
-            host_pid = json.load(f)["nodes"]["learner"]["host_pid"]
-        os.kill(host_pid, signal.SIGKILL)  # the learner's NodeHost (its Ray worker)
-        proc.wait(timeout=STOP_TIMEOUT)
-        reader.join(timeout=STOP_TIMEOUT)
-    finally:
-        kill_tree(proc, token)
-    out = "".join(lines)
-    assert proc.returncode == 1, out[-3000:]
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
-    assert summary["stop_reason"] == "node failed", summary
-    assert "learner/0's Ray worker or node" in summary["failure"], summary
-    wait_until_gone(token)
-    wait_until(
-        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
-    )
-
-
 @pytest.mark.timeout(900)
-def test_a_killed_worker_node_s_actor_comes_back_elsewhere(cluster, tmp_path):
+def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
+    cluster, tmp_path, monkeypatch
+):
+    """A worker node removed mid-run: its actor runs again on another node and
+    carries on; Ctrl-C then stops in order. The run resumed on the cluster then
+    loses the learner's host: 'node failed', exit 1. Nothing is left after either."""
     spare = cluster.add_node(num_cpus=2, resources={"apex_actor": 1})
     cluster.wait_for_nodes()
+    # Actors on other hosts need no shared filesystem: here they cannot write the
+    # run directory at all (every write under it is refused in their processes).
+    monkeypatch.setenv(NO_SHARED_FS_ENV, "1")
     run_dir = str(tmp_path / "run")
     proc, token = start_train(
         run_dir,
@@ -229,6 +148,14 @@ def test_a_killed_worker_node_s_actor_comes_back_elsewhere(cluster, tmp_path):
     out = "".join(lines)
     assert "restarted on Ray node" in out, out[-3000:]
     assert proc.returncode == 130, out[-3000:]
+    for i in (0, 1):  # the guard was on in both actors, and nothing they did needed a write
+        assert f"actor_{i}: writes under the run directory are refused" in out, out[-3000:]
+    assert "PermissionError" not in out, out[-3000:]
+    for i in (0, 1):  # what they report reached the run directory through the coordinator
+        with open(os.path.join(run_dir, "metrics", f"actor_{i}.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        assert rows and rows[-1]["actor/env_steps"] > 0
+        assert _beats(run_dir)[f"actor_{i}"]["state"] == "stopped"
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["stop_reason"] == "stopped", summary
@@ -238,6 +165,43 @@ def test_a_killed_worker_node_s_actor_comes_back_elsewhere(cluster, tmp_path):
         placed = json.load(f)
     assert placed["nodes"][name]["restarts"] == 1
     assert placed["nodes"][name]["ray_node"] not in (victim.node_id, None)
+    wait_until_gone(token)
+    wait_until(
+        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
+    )
+
+    # Resumed on the cluster, the run then loses its learner's host (its Ray
+    # worker, SIGKILLed): no restart, the program stops in order, "node failed".
+    proc, token = start_train(
+        run_dir,
+        *ON_CLUSTER,
+        f"--ray_address={cluster.address}",
+        "--config.stop.max_wall_seconds=600",
+    )
+    lines.clear()
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > summary["learner_steps"])
+
+        def new_learner_host() -> int | None:
+            with open(os.path.join(run_dir, "placement.json")) as f:
+                pid = json.load(f)["nodes"]["learner"]["host_pid"]
+            return pid if pid != placed["nodes"]["learner"]["host_pid"] else None
+
+        os.kill(wait_until(new_learner_host, STARTUP_TIMEOUT, "the resumed run's placement"), 9)
+        proc.wait(timeout=STOP_TIMEOUT)
+        reader.join(timeout=STOP_TIMEOUT)
+    finally:
+        kill_tree(proc, token)
+    out = "".join(lines)
+    assert proc.returncode == 1, out[-3000:]
+    assert "PermissionError" not in out, out[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        failed = json.load(f)
+    assert failed["resumed_from"], failed  # it did resume from the Ctrl-C's checkpoint
+    assert failed["stop_reason"] == "node failed", failed
+    assert "learner/0's Ray worker or node" in failed["failure"], failed
     wait_until_gone(token)
     wait_until(
         lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
