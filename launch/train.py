@@ -257,6 +257,12 @@ def main(argv: list[str]) -> int:
     session = placement = None
     if _LAUNCHER.value == "ray":
         session, placement = _connect_ray(config, launch_type)
+    else:
+        for name in ("ray_address", "ray_simulate_nodes"):
+            if flags.FLAGS[name].present:
+                raise ConfigError(
+                    f"--{name}", flags.FLAGS[name].value, "given only with --launcher=ray"
+                )
     try:
         return _launch(config, launch_type, start_time, session, placement)
     finally:

@@ -7,4 +7,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -p no:cacheprovider --durations=25 "$@"
+# Two workers (APEX_TEST_WORKERS; 0 runs in this process), one test file each
+# at a time: a file's tests share its fixtures (e.g. a Ray cluster).
+exec .venv/bin/python -m pytest -p no:cacheprovider -n "${APEX_TEST_WORKERS:-2}" --dist loadfile \
+  --durations=25 "$@"

@@ -237,6 +237,9 @@ def test_bad_ray_input_is_one_line_and_exit_2(cluster, tmp_path):
     line = _refused(["--launcher=ray", "--ray_address=127.0.0.1:9"], tmp_path)
     assert "--ray_address='127.0.0.1:9'" in line and "nothing answers" in line, line
 
+    line = _refused(["--ray_simulate_nodes=3"], tmp_path)  # a Ray flag, a local launch
+    assert "--ray_simulate_nodes=3 is invalid: expected given only with --launcher=ray" in line
+
     line = _refused(
         [
             "--launcher=ray",
