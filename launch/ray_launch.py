@@ -47,7 +47,15 @@ from apex.config import ApexConfig
 from apex.errors import ConfigError
 from apex.heartbeat import RAY_NODE_ENV
 from apex.lifecycle import STOP_WINDOW
-from apex.placement import ClusterNode, Demand, PlacementError, demands, describe, plan_placement
+from apex.placement import (
+    SERVER_LABELS,
+    ClusterNode,
+    Demand,
+    PlacementError,
+    demands,
+    describe,
+    plan_placement,
+)
 from apex.restart import decide_restart
 
 RAY_NAMESPACE = "apex"
@@ -141,7 +149,6 @@ class SimulatedCluster:
             stdin=subprocess.DEVNULL,
             text=True,
             start_new_session=True,
-            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"),
         )
         found: list[str] = []
         reader = threading.Thread(
@@ -210,14 +217,14 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
             raise RayUnavailableError(
                 "--ray_simulate_nodes", simulate_nodes, "an integer >= 2 (a head and workers)"
             )
-        c = config.cluster
-        servers = c.learner_cpus + c.coordinator_cpus
-        if not config.replay.colocate_with_learner:
-            servers += c.replay_cpus
-        per_worker = math.ceil(config.actor.num_actors * c.actor_cpus / (simulate_nodes - 1))
+        wanted = demands(config.cluster, program_shape(config))
+        servers = sum(d.cpus for d in wanted if d.label in SERVER_LABELS)
+        actors = sum(d.cpus for d in wanted if d.label == "actor")
         # Ray's node CPU counts are whole numbers.
         simulated = SimulatedCluster(
-            simulate_nodes, max(math.ceil(servers), 1), max(int(per_worker), 1)
+            simulate_nodes,
+            max(math.ceil(servers), 1),
+            max(math.ceil(actors / (simulate_nodes - 1)), 1),
         )
         address = simulated.address
     elif address != "auto":
@@ -296,22 +303,11 @@ class NodeHost:
         """Where this host is, and `num_ports` free ports on it."""
         import ray
 
-        sockets = []
-        try:
-            for _ in range(num_ports):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.bind(("", 0))
-                sockets.append(s)
-            ports = [s.getsockname()[1] for s in sockets]
-        finally:
-            for s in sockets:
-                s.close()
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "ip": ray.util.get_node_ip_address(),
-            "hostname": socket.gethostname(),
             "pid": os.getpid(),
-            "ports": ports,
+            "ports": free_ports(num_ports),
         }
 
     def start(self, payload: bytes, argv_tail: list[str], env: dict[str, str]) -> int:
@@ -463,7 +459,6 @@ class RayLauncher:
         keep_all: bool = False,
     ):
         self._ray = _import_ray()
-        self._program = program
         self._config = config
         self._session = session
         self._placement = placement
@@ -474,19 +469,14 @@ class RayLauncher:
         self._stop = threading.Event()
         self._stop_sent_at: float | None = None
         self._killed = False
-        by_name = {d.name: d for d in wanted}
+        by_node = {(d.label, d.index): d for d in wanted}
         self._slots: list[_Slot] = []
-        i = 0
         for label, nodes in compat.program_groups(program):
             for index, node in enumerate(nodes):
-                name = label if label != "actor" else f"actor_{index}"
-                demand = by_name[name]
-                self._slots.append(
-                    _Slot(demand, node, f"{label}/{index}", _PALETTE[i % len(_PALETTE)])
-                )
-                i += 1
+                colour = _PALETTE[len(self._slots) % len(_PALETTE)]
+                self._slots.append(_Slot(by_node[(label, index)], node, f"{label}/{index}", colour))
         self._remote_cls = self._ray.remote(NodeHost)
-        self._control_port = _free_port()
+        self._control_port = free_ports(1)[0]
         self._control = compat.courier_server(_Control(self.request_stop), self._control_port)
         self._control_address = f"{session.launcher_ip}:{self._control_port}"
         compat.prepare_nodes(program, StopViaLauncher(self._control_address))
@@ -587,9 +577,6 @@ class RayLauncher:
     # -------------------------------------------------------------- run
     def request_stop(self) -> None:
         self._stop.set()
-
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def wait(self, period: float = 0.5) -> None:
         """Runs until every node process has exited; passes output on, restarts
@@ -755,7 +742,15 @@ class RayLauncher:
             self._control = None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on this host now (all held open while picked)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("", 0))
+            sockets.append(s)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

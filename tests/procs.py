@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -58,6 +59,20 @@ def wait_until(
         time.sleep(interval)
 
 
+def train_command(*args: str) -> list[str]:
+    """`python -m launch.train ARGS` (run it with cwd=ROOT)."""
+    return [sys.executable, "-m", "launch.train", *args]
+
+
+def read_in_background(proc: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """Collects a text-mode `proc`'s stdout lines as they come (a full pipe would
+    hold the program); join the thread once the process has exited."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    return lines, reader
+
+
 def start_train(
     run_dir: str,
     *overrides: str,
@@ -69,15 +84,12 @@ def start_train(
     token = uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token})
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "launch.train",
+        train_command(
             f"--config={config}",
             f"--config.run_dir={run_dir}",
             "--config.logging.progress_period_seconds=2",
             *overrides,
-        ],
+        ),
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -103,11 +103,11 @@ def test_the_launcher_watchdog_stops_the_node_even_when_its_output_is_gone():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that is gone
     script = (
-        "import time, signal\n"
+        "import signal\n"
         "from apex import lifecycle\n"
         "signal.signal(signal.SIGPIPE, signal.SIG_IGN)\n"
         f"lifecycle.start_launcher_watchdog({dead.pid}, period=0.1)\n"
-        "time.sleep(120)\n"
+        "signal.pause()  # a node at work, until a signal ends it\n"
     )
     node = subprocess.Popen(
         [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL

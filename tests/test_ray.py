@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import threading
 
 import pytest
 
@@ -18,7 +16,9 @@ from tests.procs import (
     STARTUP_TIMEOUT,
     STOP_TIMEOUT,
     kill_tree,
+    read_in_background,
     start_train,
+    train_command,
     wait_for_state,
     wait_until,
     wait_until_gone,
@@ -98,9 +98,7 @@ def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
         "--config.actor.restart_backoff_seconds=0.5",
         "--config.stop.max_wall_seconds=600",
     )
-    lines: list[str] = []  # read as it comes: a full pipe would hold the launcher
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    lines, reader = read_in_background(proc)
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50)
 
@@ -178,9 +176,7 @@ def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
         f"--ray_address={cluster.address}",
         "--config.stop.max_wall_seconds=600",
     )
-    lines.clear()
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    lines, reader = read_in_background(proc)
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > summary["learner_steps"])
 
@@ -212,14 +208,7 @@ def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
 def _refused(args: list[str], tmp_path, env: dict | None = None) -> str:
     run_dir = str(tmp_path / "never")
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.train",
-            "--config=configs/apex_cartpole.py",
-            f"--config.run_dir={run_dir}",
-            *args,
-        ],
+        train_command("--config=configs/apex_cartpole.py", f"--config.run_dir={run_dir}", *args),
         cwd=ROOT,
         env=dict(os.environ, **(env or {})),
         capture_output=True,
