@@ -55,11 +55,15 @@ _NAME = re.compile(r"^ckpt-(\d+)$")
 STRUCTURAL_FIELDS = (
     "agent",
     "env.id",
+    "env.imports",
+    "env.kwargs",
     "env.observation_indices",
     "env.preprocessing",
     "env.screen_size",
     "env.frame_stack",
     "learner.torso",
+    "learner.conv_layers",
+    "learner.conv_channels",
     "learner.hidden_sizes",
     "learner.dueling",
     "r2d2.lstm_size",
@@ -159,18 +163,34 @@ def make_manifest(
     }
 
 
-def _field(config_dict: dict[str, Any], path: str) -> Any:
+def _field(config_dict: dict[str, Any], path: str, missing: Any = None) -> Any:
     value: Any = config_dict
     for name in path.split("."):
         if not isinstance(value, dict) or name not in value:
-            return None
+            return missing
         value = value[name]
     return value
 
 
 def _as_config(value: Any) -> Any:
-    """A value as the config writes it (JSON turns tuples into lists)."""
-    return tuple(value) if isinstance(value, list) else value
+    """A value as the config writes it (JSON turns tuples into lists, nested ones too)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_as_config(v) for v in value)
+    return value
+
+
+_MISSING = object()
+
+
+def _saved_field(config: dict[str, Any], path: str) -> Any:
+    """A field of a checkpoint's config; a field added after it was written reads as
+    the field's default (what that run used)."""
+    value = _field(config, path, _MISSING)
+    if value is _MISSING:
+        from apex.config import ApexConfig, to_dict
+
+        value = _field(to_dict(ApexConfig()), path)
+    return value
 
 
 def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -179,7 +199,7 @@ def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> li
     problems = []
     old_cfg, new_cfg = saved.get("config", {}), current.get("config", {})
     for path in STRUCTURAL_FIELDS:
-        a, b = _as_config(_field(old_cfg, path)), _as_config(_field(new_cfg, path))
+        a, b = _as_config(_saved_field(old_cfg, path)), _as_config(_field(new_cfg, path))
         if a != b:
             problems.append(f"{path} is {a!r} in the checkpoint and {b!r} now")
     if not problems:  # a difference no listed field explains: name the artefact

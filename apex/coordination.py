@@ -101,6 +101,10 @@ class Coordinator:
         self._replay_info: dict[str, float] = {}
         self._env_steps_per_item = env_steps_per_item(config)
         self.stop_reason: str | None = None
+        # Set once the stop is decided: summary.json's evaluation is final, and a
+        # later one is refused (report_eval returns False; the evaluator then
+        # writes no row for it).
+        self._frozen = False
         self._checkpoint: dict[str, Any] | None = None
         self._checkpoint_event = threading.Event()
         self._resumed_from: str | None = None
@@ -245,10 +249,13 @@ class Coordinator:
             self._recent_returns.extend(float(r) for r in returns)
 
     def report_failure(self, node: str, message: str) -> None:
-        """A node gave up (e.g. an actor past actor.max_restarts): stop the program."""
+        """A node gave up (e.g. an actor past actor.max_restarts) or died of an
+        exception ('<Type>: <message>'): stop the program with 'node failed',
+        naming it as '<node>: <message>' (RPC)."""
         self.report_failure_text(f"{node}: {message}")
 
     def report_failure_text(self, failure: str) -> None:
+        """Records `failure` (the first one is kept: the likely cause)."""
         with self._lock:
             if self._failure is None:  # the first failure is the likely cause
                 self._failure = failure
@@ -265,20 +272,41 @@ class Coordinator:
             self._learner_row = dict(row)
         return self.checkpoint_state()
 
-    def report_eval(self, return_mean: float, version: int, returns: list[float]) -> None:
+    def report_eval(
+        self,
+        return_mean: float,
+        version: int,
+        returns: list[float],
+        env_steps: int | None = None,
+    ) -> bool:
+        """An evaluation of the parameters of learner step `version`, pulled when
+        the run had `env_steps` env steps (None: as of now). Returns whether it
+        is accepted: False once the stop is decided (summary.json's evaluation is
+        final then; the evaluator writes no row for a refused one)."""
         now = time.time()
         with self._lock:
+            if self._frozen:
+                return False
+            steps = self.env_steps if env_steps is None else int(env_steps)
             self._eval = {
                 "return_mean": float(return_mean),
                 "version": int(version),
                 "returns": list(returns),
                 "time": now,
-                "env_steps": self.env_steps,
+                "env_steps": steps,
             }
             if self._best is None or return_mean >= self._best[0]:  # as the learner keeps it
-                self._best = (float(return_mean), now - self._start, self.env_steps, int(version))
-            if self._solved_at is None and return_mean >= self._config.evaluation.target_return:
-                self._solved_at = (now - self._start, self.env_steps)
+                self._best = (float(return_mean), now - self._start, steps, int(version))
+            if self._solved_at is None and self.reaches_target(return_mean):
+                self._solved_at = (now - self._start, steps)
+        return True
+
+    def reaches_target(self, return_mean: float) -> bool:
+        """Whether `return_mean` counts as solved (never without a target_return)."""
+        target = self._config.evaluation.target_return
+        if target is None or isinstance(target, str):  # None: no target ('auto' unresolved)
+            return False
+        return float(return_mean) >= float(target)
 
     # ---------------------------------------------------------------- state
     @property
@@ -428,27 +456,40 @@ class Coordinator:
                 last_progress = now
             reason = self.check_stop()
             if reason is not None:
-                self.stop_reason = reason
-                self._poll_replay()
-                s = self.write_summary()
-                if reason == "node failed":
-                    print(f"[apex] a node failed: {self._failure}", file=self._out, flush=True)
-                # The summary itself is printed once, by the launcher, from
-                # summary.json as the stop leaves it (final checkpoint included).
-                print(
-                    f"[apex] stopping: {reason} at {s['wall_seconds']:.1f} s, "
-                    f"{s['env_steps']:,} env steps, {s['learner_steps']:,} learner steps",
-                    file=self._out,
-                    flush=True,
-                )
-                if self._stop_program is not None:
-                    self._stop_program()
-                self._await_final_checkpoint()
-                self._await_final_beats()
+                self.stop(reason)
                 return
-        self.stop_reason = self.stop_reason or "stopped"
+        self._freeze()
+        # Stopped from outside; a failure recorded by then is still why it ended.
+        self.stop_reason = self.stop_reason or ("node failed" if self._failure else "stopped")
         self._poll_replay()
         self.write_summary()
+        self._await_final_checkpoint()
+        self._await_final_beats()
+
+    def _freeze(self) -> None:
+        with self._lock:
+            self._frozen = True
+
+    def stop(self, reason: str) -> None:
+        """Stops the program for `reason` (a stop criterion, or 'node failed' with
+        the failure recorded first): summary.json, the stop lines, `stop_program`,
+        then waits (bounded) for the final checkpoint and the nodes' final beats."""
+        self._freeze()
+        self.stop_reason = reason
+        self._poll_replay()
+        s = self.write_summary()
+        if reason == "node failed":
+            print(f"[apex] a node failed: {self._failure}", file=self._out, flush=True)
+        # The summary itself is printed once, by the launcher, from
+        # summary.json as the stop leaves it (final checkpoint included).
+        print(
+            f"[apex] stopping: {reason} at {s['wall_seconds']:.1f} s, "
+            f"{s['env_steps']:,} env steps, {s['learner_steps']:,} learner steps",
+            file=self._out,
+            flush=True,
+        )
+        if self._stop_program is not None:
+            self._stop_program()
         self._await_final_checkpoint()
         self._await_final_beats()
 
@@ -495,7 +536,7 @@ class Coordinator:
                     f"for {self.heartbeats.silent_after:.0f} s (its process or host is gone)"
                 )
             else:
-                names.append(death_message(beat["node"], int(beat.get("pid") or 0)))
+                names.append(death_message(beat["node"], int(beat.get("pid") or 0), self._run_dir))
         failure = names[0] + ("; then " + ", ".join(names[1:]) if names[1:] else "")
         self.report_failure_text(failure)
         return failure

@@ -76,9 +76,23 @@ class Reporter(Protocol):
         self, steps: int, first_step_time: float | None, row: dict[str, Any]
     ) -> dict[str, Any]: ...
 
-    def report_eval(self, return_mean: float, version: int, returns: list[float]) -> None: ...
+    def report_eval(
+        self,
+        return_mean: float,
+        version: int,
+        returns: list[float],
+        env_steps: int | None = None,
+    ) -> bool:
+        """An evaluation of parameters `version`, pulled at `env_steps` env steps;
+        False: refused (the stop is decided; the evaluator writes no row for it)."""
+        ...
 
-    def report_failure(self, node: str, message: str) -> None: ...
+    def get_counts(self) -> dict[str, Any]: ...
+
+    def report_failure(self, node: str, message: str) -> None:
+        """`node` failed: '<Type>: <message>' of the exception it died of, or why it
+        gave up; the coordinator stops the program with 'node failed'."""
+        ...
 
     def write_metrics(self, component: str, step_key: str, row: dict[str, Any]) -> None: ...
 

@@ -68,8 +68,16 @@ def default_run_dir(config_path: str) -> str:
     return os.path.join("runs", f"{stamp}-{name}-{os.getpid()}")
 
 
-def prepare_run_dir(run_dir: str, config: Any, argv: list[str] | None = None) -> str:
+def prepare_run_dir(
+    run_dir: str,
+    config: Any,
+    argv: list[str] | None = None,
+    env_packages: dict[str, str | None] | None = None,
+) -> str:
     """Creates `run_dir` and writes config.json, versions.json; returns its absolute path.
+
+    `env_packages`: the packages the env came from (apex.envs.PreparedEnv.packages),
+    recorded as versions.json's "env_packages".
 
     Raises ConfigError naming run_dir when it cannot be created or written.
     """
@@ -89,6 +97,7 @@ def prepare_run_dir(run_dir: str, config: Any, argv: list[str] | None = None) ->
         os.path.join(path, "versions.json"),
         {
             "packages": package_versions(),
+            "env_packages": env_packages or {},
             "git_commit": git_commit(),
             "argv": argv or sys.argv,
             "platform": platform.platform(),

@@ -11,7 +11,6 @@ from apex.config import ApexConfig
 def get_config() -> ApexConfig:
     config = ApexConfig()
     config.env.id = "CartPole-v1"
-    config.evaluation.target_return = 475.0
     config.learner.learning_rate_final = 2e-4
     config.learner.learning_rate_decay_steps = 20_000
     return config

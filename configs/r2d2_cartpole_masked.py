@@ -27,6 +27,5 @@ def get_config() -> ApexConfig:
     config.replay.capacity = 5_000
     config.replay.min_size = 200
     config.replay.samples_per_insert = 2.0
-    config.evaluation.target_return = 475.0
     config.stop.max_wall_seconds = 180.0
     return config

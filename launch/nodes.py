@@ -11,14 +11,23 @@ the program pickles for local_mp. Which node may touch the run directory:
                              that cannot see the run directory
 
 Every public method of a CourierNode class is an RPC.
+
+A node that dies of an exception names it: it reports '<Type>: <message>' to
+the coordinator (`report_node_failure`: over RPC, or directly to a coordinator
+in its own process) and, where it may write the run directory, leaves
+RUN_DIR/failures/<node>.json (apex.supervision.record_failure) for whoever
+finds its process dead. The evaluator, in the coordinator's process, reports
+and returns: the coordinator then stops the program in order ('node failed').
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +47,7 @@ from apex.lifecycle import STOP_WINDOW
 from apex.metrics import MetricsWriter, RemoteMetrics
 from apex.restart import decide_restart
 from apex.roles import Reporter
+from apex.supervision import exception_text, record_failure
 from apex.variables import StopRequested
 
 # Set by launch.train: the launcher's pid. A node process whose launcher is gone
@@ -58,6 +68,74 @@ def node_should_stop() -> Callable[[], bool]:
         compat.set_node_termination_window(STOP_WINDOW.kill_seconds)
         lifecycle.start_launcher_watchdog(int(os.environ.get(LAUNCHER_PID_ENV, "0") or 0))
     return event.is_set
+
+
+# Seconds a failing node keeps trying to tell the coordinator (which may still be
+# starting) before it gives up and simply dies.
+REPORT_FAILURE_TIMEOUT = 30.0
+
+# The Coordinator of this process, if a CoordinatorNode runs here: a node in the
+# same process (the evaluator) reports its failure to it directly.
+_local_coordinator: Callable[[], Coordinator | None] = lambda: None  # noqa: E731
+_local_lock = threading.Lock()
+
+
+def _set_local_coordinator(coordinator: Coordinator | None) -> None:
+    global _local_coordinator
+    with _local_lock:
+        if coordinator is None:
+            _local_coordinator = lambda: None  # noqa: E731
+        else:
+            _local_coordinator = weakref.ref(coordinator)
+
+
+def _stopping() -> bool:
+    """Whether this node's program is stopping (False outside a Launchpad node)."""
+    try:
+        return lp.stop_event().is_set()
+    except Exception:  # noqa: BLE001 - no Launchpad worker manager in this thread
+        return False
+
+
+def report_node_failure(
+    coordinator: Any,
+    node: str,
+    err: BaseException,
+    run_dir: str = "",
+    should_stop: Callable[[], bool] | None = None,
+    timeout: float = REPORT_FAILURE_TIMEOUT,
+) -> bool:
+    """Says that `node` failed with `err`: prints it with its traceback, records
+    it under `run_dir` (if given: only for nodes that may write the run
+    directory) and reports '<Type>: <message>' to the coordinator, directly when
+    it runs in this process, else over its RPC `report_failure` (retried for at
+    most `timeout` s, or until `should_stop`). Returns whether the coordinator
+    has it (it then stops the program with 'node failed')."""
+    message = exception_text(err)
+    print(f"[apex] {node} failed: {message}", file=sys.stderr, flush=True)
+    traceback.print_exception(type(err), err, err.__traceback__)
+    record_failure(run_dir, node, err)
+    should_stop = should_stop or _stopping
+    deadline = time.time() + timeout
+    while True:
+        local = _local_coordinator()
+        if local is not None:
+            local.report_failure(node, message)
+            return True
+        if coordinator is not None:
+            try:
+                coordinator.report_failure(node, message)
+                return True
+            except Exception:  # noqa: BLE001 - not up yet, or gone: try again until the deadline
+                pass
+        if time.time() >= deadline or should_stop():
+            print(
+                f"[apex] {node}: the coordinator could not be told of this failure",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
+        time.sleep(0.5)
 
 
 def _quiet_logs() -> None:
@@ -122,7 +200,13 @@ class GracefulReverbNode(lp.ReverbNode):
         self._coordinator_handle = coordinator_handle
 
     def run(self) -> None:
-        super().run()  # returns when the program is asked to stop
+        try:
+            super().run()  # returns when the program is asked to stop
+        except Exception as err:
+            if not _stopping():  # the tables, the checkpointer or the server failed
+                handle = self._coordinator_handle
+                report_node_failure(handle.dereference() if handle else None, "replay", err)
+            raise
         time.sleep(STOP_WINDOW.replay_grace + 0.5)
         if self._coordinator_handle is None:
             return
@@ -151,10 +235,20 @@ class LearnerNode:
         resume_from: str = "",
     ):
         _quiet_logs()
-        hb.register_stack_dump(run_dir, "learner")
-        self._config = config
         self._run_dir = run_dir
         self._coordinator = coordinator
+        try:
+            self._setup(config, builder, spec, replay, coordinator, run_dir, resume_from)
+        except Exception as err:
+            if report_node_failure(coordinator, "learner", err, run_dir):
+                beat = getattr(self, "_heartbeat", None)
+                if beat is not None:
+                    beat.close()
+            raise
+
+    def _setup(self, config, builder, spec, replay, coordinator, run_dir, resume_from) -> None:
+        hb.register_stack_dump(run_dir, "learner")
+        self._config = config
         self._coordinator_gone = False
         self._heartbeat = _heartbeat(config, coordinator, "learner", self._counters)
         address = replay.server_address
@@ -191,31 +285,45 @@ class LearnerNode:
             )
 
     def run(self) -> None:
+        should_stop = node_should_stop()
         try:
-            self._learner.run(node_should_stop())
-            # Until every actor is out of its last insert (bounded).
-            self._learner.drain(STOP_WINDOW.actor_drain, until=self._actors_finished)
-            if self._learner.checkpointer is not None and self._config.checkpoint.on_stop:
-                if self._learner.steps == 0:
-                    # Nothing trained: a checkpoint would be the actors' replay alone
-                    # (206 MB on Atari) and a long write inside the stop window.
-                    print(
-                        "[apex] no checkpoint at the stop: the learner has not trained yet "
-                        f"(it starts at replay.min_size={self._config.replay.min_size:,} items)",
-                        flush=True,
-                    )
-                    return
-                try:
-                    self._learner.checkpointer.save(self._learner, reason="stop")
-                except Exception as err:  # noqa: BLE001 - say so; the periodic ones remain
-                    print(
-                        f"[apex] the checkpoint at the stop failed ({type(err).__name__}: {err}); "
-                        "a resume starts from the last periodic one",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            self._run(should_stop)
+        except Exception as err:
+            if should_stop():  # the stop took the replay or the coordinator away first
+                raise
+            if not report_node_failure(self._coordinator, "learner", err, self._run_dir):
+                raise
+            # The coordinator has it and stops the program in order.
+            try:
+                self._learner.close()
+            except Exception:  # noqa: BLE001 - the failure is reported; this is tidying
+                pass
         finally:
             self._heartbeat.close()
+
+    def _run(self, should_stop: Callable[[], bool]) -> None:
+        self._learner.run(should_stop)
+        # Until every actor is out of its last insert (bounded).
+        self._learner.drain(STOP_WINDOW.actor_drain, until=self._actors_finished)
+        if self._learner.checkpointer is not None and self._config.checkpoint.on_stop:
+            if self._learner.steps == 0:
+                # Nothing trained: a checkpoint would be the actors' replay alone
+                # (206 MB on Atari) and a long write inside the stop window.
+                print(
+                    "[apex] no checkpoint at the stop: the learner has not trained yet "
+                    f"(it starts at replay.min_size={self._config.replay.min_size:,} items)",
+                    flush=True,
+                )
+                return
+            try:
+                self._learner.checkpointer.save(self._learner, reason="stop")
+            except Exception as err:  # noqa: BLE001 - say so; the periodic ones remain
+                print(
+                    f"[apex] the checkpoint at the stop failed ({type(err).__name__}: {err}); "
+                    "a resume starts from the last periodic one",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def close(self) -> None:
         """Stops this node's threads (priority updates, heartbeat) and closes its
@@ -418,28 +526,57 @@ class ActorNode:
 
 
 class EvaluatorNode:
-    """Greedy evaluation episodes on the latest parameters (with the coordinator)."""
+    """Greedy evaluation episodes on the latest parameters (with the coordinator).
+
+    It shares the coordinator's process: an exception in its constructor or
+    its evaluations is reported to the coordinator (and recorded under the run
+    directory), and the node ends without taking the process down; the
+    coordinator then stops the program in order with 'node failed'.
+    """
 
     def __init__(self, config: ApexConfig, learner, coordinator: Reporter, run_dir: str):
         _quiet_logs()
-        self._heartbeat = _heartbeat(
-            config, coordinator, "evaluator", lambda: {"evaluations": self._evaluator.evaluations}
-        )
-        self._evaluator = Evaluator(
-            config,
-            learner,
-            coordinator=coordinator,
-            best_sink=learner,
-            metrics=_metrics(config, run_dir, "evaluator", "evaluator/evaluations"),
-            heartbeat=self._heartbeat,
-        )
+        self._coordinator = coordinator
+        self._run_dir = run_dir
+        self._evaluator: Evaluator | None = None
+        self._failed: Exception | None = None  # the constructor's, reported by run()
+        self._heartbeat = _heartbeat(config, coordinator, "evaluator", self._counters)
+        metrics = _metrics(config, run_dir, "evaluator", "evaluator/evaluations")
+        try:
+            self._evaluator = Evaluator(
+                config,
+                learner,
+                coordinator=coordinator,
+                best_sink=learner,
+                metrics=metrics,
+                heartbeat=self._heartbeat,
+            )
+        except Exception as err:  # noqa: BLE001 - reported by run(): this process is the coordinator's
+            metrics.close()
+            self._failed = err
+
+    def _counters(self) -> dict:
+        return {"evaluations": self._evaluator.evaluations} if self._evaluator else {}
 
     def run(self) -> None:
+        should_stop = node_should_stop()
         try:
-            self._evaluator.run(node_should_stop())
+            if self._failed is not None:
+                raise self._failed
+            assert self._evaluator is not None
+            self._evaluator.run(should_stop)
+        except Exception as err:
+            if should_stop():
+                return
+            if not report_node_failure(
+                self._coordinator, "evaluator", err, self._run_dir, should_stop
+            ):
+                raise
+            # The coordinator has it and stops the program in order.
         finally:
             self._heartbeat.close()
-            self._evaluator.close()
+            if self._evaluator is not None:
+                self._evaluator.close()
 
 
 class CoordinatorNode:
@@ -456,6 +593,18 @@ class CoordinatorNode:
         resume_from: str = "",
     ):
         _quiet_logs()
+        self._run_dir = run_dir
+        try:
+            self._setup(config, run_dir, start_time, replay, resume_state, resume_from)
+        except Exception as err:
+            # No coordinator to tell: the record names the exception once this
+            # process is found dead (the launcher watches it).
+            print(f"[apex] coordinator failed: {exception_text(err)}", file=sys.stderr, flush=True)
+            record_failure(run_dir, "coordinator", err)
+            raise
+        _set_local_coordinator(self._coordinator)
+
+    def _setup(self, config, run_dir, start_time, replay, resume_state, resume_from) -> None:
         hb.register_stack_dump(run_dir, "coordinator")
         self._coordinator = Coordinator(
             config,
@@ -478,11 +627,32 @@ class CoordinatorNode:
         self._heartbeat.enter(hb.IDLE)
 
     def run(self) -> None:
+        should_stop = node_should_stop()
+        failed = False
         try:
-            self._coordinator.run(node_should_stop())
+            self._coordinator.run(should_stop)
+        except Exception as err:
+            failed = not self._stop_for(err)
+            if failed:
+                raise
         finally:
-            self._heartbeat.close()
+            _set_local_coordinator(None)
+            if not failed:  # else no 'stopped' beat: the launcher finds it dead, and why
+                self._heartbeat.close()
             self._coordinator.close()
+
+    def _stop_for(self, err: Exception) -> bool:
+        """The coordinator's own loop raised `err`: records it, then stops the program
+        in order with 'node failed' naming it. Returns whether that stop was made."""
+        print(f"[apex] coordinator failed: {exception_text(err)}", file=sys.stderr, flush=True)
+        traceback.print_exception(type(err), err, err.__traceback__)
+        record_failure(self._run_dir, "coordinator", err)
+        self._coordinator.report_failure("coordinator", exception_text(err))
+        try:
+            self._coordinator.stop("node failed")
+        except Exception:  # noqa: BLE001 - no orderly stop: the process dies of `err`
+            return False
+        return True
 
     # The control plane: every other node's calls.
     def heartbeat(self, beat) -> None:
@@ -512,8 +682,8 @@ class CoordinatorNode:
     def report_failure(self, node, message) -> None:
         self._coordinator.report_failure(node, message)
 
-    def report_eval(self, return_mean, version, returns) -> None:
-        self._coordinator.report_eval(return_mean, version, returns)
+    def report_eval(self, return_mean, version, returns, env_steps=None) -> bool:
+        return self._coordinator.report_eval(return_mean, version, returns, env_steps)
 
     def get_counts(self):
         return self._coordinator.get_counts()

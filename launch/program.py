@@ -22,8 +22,9 @@ import reverb
 
 from apex import checkpointing
 from apex.agents import get_builder
+from apex.agents.layers import check_torso
 from apex.config import ApexConfig, validate
-from apex.envs import env_spec
+from apex.envs import prepare_env
 from apex.ports import check_port_free
 from apex.replay.tables import make_tables
 from launch.nodes import (
@@ -54,7 +55,9 @@ def make_program(
     if config.replay.port is not None:
         check_port_free("replay.port", config.replay.port)
     builder = get_builder(config)
-    spec = env_spec(config.env)
+    # env.imports, the observation encoding, target_return='auto' resolved in `config`.
+    spec = prepare_env(config).spec
+    check_torso(config, spec)
     start_time = time.time() if start_time is None else start_time
     program = lp.Program("apex")
 

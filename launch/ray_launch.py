@@ -60,8 +60,11 @@ from apex.restart import decide_restart
 
 RAY_NAMESPACE = "apex"
 PLACEMENT_FILE = "placement.json"
+# The nodes that may leave a failure record (apex.supervision.record_failure) in
+# the process of each program label (launch.program colocates them).
+_RECORDING_NODES = {"coordinator": ("coordinator", "evaluator"), "learner": ("learner",)}
 # What the launcher passes on to node processes from its own environment.
-_ENV_PREFIXES = ("APEX_", "TF_CPP_", "PYTHONWARNINGS")
+_ENV_PREFIXES = ("APEX_", "TF_CPP_", "PYTHONWARNINGS", "PYTHONPATH")
 _PALETTE = (36, 33, 32, 34, 35)
 
 
@@ -610,13 +613,26 @@ class RayLauncher:
             if code is not None:
                 slot.exit_code = code
                 if code != 0 and not self._stop.is_set():
-                    self._fail(f"{slot.title} exited with code {code}")
+                    self._fail(self._exit_reason(slot, code))
         for slot in self._slots:
             if slot.restart_at is not None and time.time() >= slot.restart_at:
                 self._restart(slot)
         left = deadline - time.time()
         if left > 0:
             self._stop.wait(left)
+
+    def _exit_reason(self, slot: _Slot, code: int) -> str:
+        """'<node> exited with code N', with the exception a node of its process
+        recorded (RUN_DIR/failures, on this host) when there is one."""
+        from apex.supervision import recorded_failure
+
+        reason = f"{slot.title} exited with code {code}"
+        names = _RECORDING_NODES.get(slot.demand.label)
+        if self._config.run_dir and names:
+            recorded = recorded_failure(self._config.run_dir, since=slot.started, nodes=names)
+            if recorded is not None:
+                reason += f": {recorded}"
+        return reason
 
     def _say(self, text: str) -> None:
         self._out([f"[apex] {text}\n".encode()])

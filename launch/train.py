@@ -150,16 +150,26 @@ def parse_argv(argv: list[str]) -> list[str]:
     return rest
 
 
-def load_config(path: str, overrides: list[tuple[str, str]]) -> apex_config.ApexConfig:
-    """Loads, overrides and validates a config, including a check that the env can be made."""
-    from apex.envs import env_spec
+def load_and_prepare(path: str, overrides: list[tuple[str, str]]):
+    """Loads, overrides and validates a config, then makes one env (apex.envs.prepare_env:
+    env.imports, env.kwargs, the observation encoding, target_return='auto') and checks
+    that the torso fits it: everything a launch would refuse, refused before it.
+    Returns (config, PreparedEnv)."""
+    from apex.agents.layers import check_torso
+    from apex.envs import prepare_env
 
     config = apex_config.load_config_file(path)
     for field, value in overrides:
         apex_config.apply_override(config, field, value)
     apex_config.validate(config)
-    env_spec(config.env)  # unknown ids and non-DQN action spaces fail here, before launch
-    return config
+    prepared = prepare_env(config)
+    check_torso(config, prepared.spec)
+    return config, prepared
+
+
+def load_config(path: str, overrides: list[tuple[str, str]]) -> apex_config.ApexConfig:
+    """The config `load_and_prepare` returns, checked as before a launch."""
+    return load_and_prepare(path, overrides)[0]
 
 
 def resume_checkpoint(
@@ -210,7 +220,15 @@ def resume_checkpoint(
 
 def _finalize_summary(run_dir: str, reason: str, failure: str | None = None) -> dict | None:
     """Writes summary.json from the coordinator's last state if the coordinator could
-    not; records a node death the launcher saw (`failure`) either way."""
+    not; records a node death the launcher saw (`failure`) either way.
+
+    A node that died of an exception nobody was told of (its failure record,
+    RUN_DIR/failures, of this launch) makes the run 'node failed' naming that
+    exception; with neither a summary nor a state to start from, a failure
+    still gets a summary.json of its own (counters unknown: None).
+    """
+    from apex.supervision import recorded_failure
+
     path = os.path.join(run_dir, "summary.json")
     summary = None
     if os.path.exists(path) and os.path.getmtime(path) >= _LAUNCH_TIME:
@@ -218,12 +236,17 @@ def _finalize_summary(run_dir: str, reason: str, failure: str | None = None) -> 
             summary = json.load(f)
     else:
         state = os.path.join(run_dir, "state.json")
-        if not os.path.exists(state):
+        if os.path.exists(state):
+            with open(state) as f:
+                summary = json.load(f)
+            summary.pop("counters", None)
+            summary["stop_reason"] = summary.get("stop_reason") or reason
+    if failure is None and (summary or {}).get("stop_reason") != "node failed":
+        failure = recorded_failure(run_dir, since=_LAUNCH_TIME)
+    if summary is None:
+        if failure is None:
             return None
-        with open(state) as f:
-            summary = json.load(f)
-        summary.pop("counters", None)
-        summary["stop_reason"] = summary.get("stop_reason") or reason
+        summary = {key: None for key in SUMMARY_KEYS}
     if failure is not None:
         summary["stop_reason"] = "node failed"
         summary["failure"] = failure
@@ -253,7 +276,15 @@ def main(argv: list[str]) -> int:
     start_time = launch_time()
     if not _CONFIG.value:
         raise ConfigError("--config", None, "a config file, e.g. --config=configs/apex_cartpole.py")
-    config = load_config(_CONFIG.value, _OVERRIDES)
+    config, prepared = load_and_prepare(_CONFIG.value, _OVERRIDES)
+    for note in [*prepared.warnings, *apex_config.unused_fields(config, _LAUNCHER.value)]:
+        print(f"[apex] note: {note}", flush=True)
+    if config.env.imports:
+        # Node processes import env.imports too: a module next to the user's
+        # command (the working directory) must be found there as it is here.
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if os.getcwd() not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, paths)])
     session = placement = None
     if _LAUNCHER.value == "ray":
         session, placement = _connect_ray(config, launch_type)
@@ -264,7 +295,7 @@ def main(argv: list[str]) -> int:
                     f"--{name}", flags.FLAGS[name].value, "given only with --launcher=ray"
                 )
     try:
-        return _launch(config, launch_type, start_time, session, placement)
+        return _launch(config, launch_type, start_time, session, placement, prepared.packages)
     finally:
         if session is not None:
             session.shutdown()
@@ -299,7 +330,7 @@ def _connect_ray(config: apex_config.ApexConfig, launch_type: str):
     return session, (placement, wanted)
 
 
-def _launch(config, launch_type, start_time, session, placement) -> int:
+def _launch(config, launch_type, start_time, session, placement, env_packages=None) -> int:
     from apex import compat
 
     if _ISOLATE.value:
@@ -330,10 +361,11 @@ def _launch(config, launch_type, start_time, session, placement) -> int:
         return EXIT_BAD_INPUT
     if resume is not None:
         check_limits_left(config, resume.state)
-    run_dir = prepare_run_dir(run_dir, config)
+    run_dir = prepare_run_dir(run_dir, config, env_packages=env_packages)
     config.run_dir = run_dir
     # Heartbeats of a previous launch name dead pids: start without them.
     shutil.rmtree(os.path.join(run_dir, "heartbeats"), ignore_errors=True)
+    shutil.rmtree(os.path.join(run_dir, "failures"), ignore_errors=True)  # and their failures
 
     program = program_lib.make_program(
         config, run_dir=run_dir, start_time=start_time, resume=resume
@@ -393,8 +425,10 @@ def _launch(config, launch_type, start_time, session, placement) -> int:
     print(f"[apex] summary.json: {os.path.join(run_dir, 'summary.json')}", flush=True)
     if death is not None:
         failed = death
-    if failed is None and summary is not None and summary.get("stop_reason") == "node failed":
-        failed = summary.get("failure") or "see the node output above"
+    elif summary is not None and summary.get("stop_reason") == "node failed":
+        # The failure as summary.json names it (a launcher-side error, e.g. local_mt's
+        # re-raised node exception, says less).
+        failed = summary.get("failure") or failed or "see the node output above"
     if failed is not None:
         print(f"[apex] a node failed: {failed}", file=sys.stderr, flush=True)
     code = exit_code(summary, failed is not None)

@@ -42,6 +42,24 @@ def _clock_start(run_dir: str) -> float | None:
     return None
 
 
+def _target_return(run_dir: str) -> float | None:
+    """The run's solve target (summary.json, else config.json when it is a number)."""
+    for name, path in (
+        ("summary.json", ("target_return",)),
+        ("config.json", ("evaluation", "target_return")),
+    ):
+        try:
+            with open(os.path.join(run_dir, name)) as f:
+                value: Any = json.load(f)
+            for key in path:
+                value = value[key]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 def _series(rows: list[dict], key: str, t0: float) -> tuple[list[float], list[float]]:
     pts = [(r["time"] - t0, r[key]) for r in rows if r.get(key) is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
@@ -74,16 +92,26 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> dict[str, list[str]]:
         plt.close(fig)
         written[path] = labels
 
-    # Evaluation return against env steps (coordinator counts at the eval time) and wall s.
-    ev_t, ev_r = _series(data.get("evaluator", []), "evaluator/return_mean", t0)
+    # Evaluation return against env steps (each row's own evaluator/env_steps: the
+    # run's env steps when its parameters were pulled; rows of older runs lack
+    # it: the coordinator's count at the row's time) and against wall seconds.
+    ev_rows = [r for r in data.get("evaluator", []) if r.get("evaluator/return_mean") is not None]
+    ev_t, ev_r = _series(ev_rows, "evaluator/return_mean", t0)
     c_t, c_steps = _series(coord, "coordinator/env_steps", t0)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    steps = np.interp(ev_t, c_t, c_steps) if c_t else np.zeros(len(ev_t))
-    a1.plot(steps, ev_r, marker=".", label="evaluation return (mean)")
-    a1.set_xlabel("env steps")
-    a2.plot(ev_t, ev_r, marker=".", label="evaluation return (mean)")
-    a2.set_xlabel("wall seconds")
-    for a in (a1, a2):
+    fallback = np.interp(ev_t, c_t, c_steps) if c_t else np.zeros(len(ev_t))
+    steps = [
+        r["evaluator/env_steps"] if r.get("evaluator/env_steps") is not None else s
+        for r, s in zip(ev_rows, fallback)
+    ]
+    best = np.maximum.accumulate(ev_r) if ev_r else []
+    target = _target_return(run_dir)
+    for a, x, label in ((a1, steps, "env steps"), (a2, ev_t, "wall seconds")):
+        a.plot(x, ev_r, marker=".", label="evaluation return (mean)")
+        a.plot(x, best, linestyle="--", label="best so far")
+        if target is not None:
+            a.axhline(target, color="grey", linewidth=0.8, label=f"target {target:g}")
+        a.set_xlabel(label)
         a.set_ylabel("return")
         a.legend()
     save(fig, "eval_return.png", ["evaluation return vs env steps", "evaluation return vs wall s"])

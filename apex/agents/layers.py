@@ -4,7 +4,10 @@ Weights are flat lists of arrays so that a learner can ship them to actors as
 they are and actors can run them in numpy (MLP torsos) or in a local TF module
 (conv torsos). Torso layouts:
   mlp:  [W_1, b_1, ..., W_k, b_k]                        (dense, ReLU)
-  conv: [K_1, c_1, K_2, c_2, K_3, c_3, W_1, b_1, ...]    (Nature DQN convs, then dense)
+  conv: [K_1, c_1, ..., K_n, c_n, W_1, b_1, ...]         (n convs, then dense)
+Conv kernels are [k, k, C_in, filters] whatever the observation's channel
+layout, and the last conv's output is flattened in (C, H, W) order, so the
+same weights serve a channels-first and a channels-last network.
 Head layouts (on top of a feature vector):
   plain:   [W_out, b_out];  dueling: [W_v, b_v, W_a, b_a]
 """
@@ -12,12 +15,26 @@ Head layouts (on top of a feature vector):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
+from apex.config.schema import CONV_CHANNELS, CONV_PRESETS
+from apex.errors import ConfigError
+
+if TYPE_CHECKING:
+    from apex.config.schema import ApexConfig, LearnerConfig
+    from apex.envs import EnvSpec
+
 # Nature DQN (Mnih et al. 2015): (filters, kernel, stride).
-NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+NATURE_CONVS = CONV_PRESETS["nature"]
+
+ConvLayer = tuple[int, int, int]
+# Where an image observation's channels are, once resolved: (C, H, W), (H, W, C),
+# or 'none' for a 2-D (H, W) observation (one channel).
+CHANNEL_LAYOUTS = ("first", "last", "none")
+_LAYOUT_WORDS = {"first": "channels first", "last": "channels last", "none": "one channel"}
 
 
 def glorot(rng: np.random.Generator, fan_in: int, fan_out: int, shape=None) -> np.ndarray:
@@ -25,27 +42,151 @@ def glorot(rng: np.random.Generator, fan_in: int, fan_out: int, shape=None) -> n
     return rng.uniform(-limit, limit, size=shape or (fan_in, fan_out)).astype(np.float32)
 
 
-def _image_layout(obs_shape: Sequence[int]) -> tuple[int, int, int]:
-    """(channels, height, width) of an image observation: (H, W) or (C, H, W)."""
-    if len(obs_shape) == 2:
-        return 1, int(obs_shape[0]), int(obs_shape[1])
-    if len(obs_shape) == 3:
-        return int(obs_shape[0]), int(obs_shape[1]), int(obs_shape[2])
-    raise ValueError(f"a conv torso needs (H, W) or (C, H, W) observations, got {obs_shape}")
+# --- conv configuration ------------------------------------------------------
+
+
+def conv_layer_specs(conv_layers: Any) -> list[ConvLayer]:
+    """The (filters, kernel, stride) of each conv layer of `learner.conv_layers`:
+    a preset name from CONV_PRESETS or a non-empty sequence of 3 positive ints
+    per layer. Raises ConfigError('learner.conv_layers', ...) otherwise."""
+    if isinstance(conv_layers, str):
+        if conv_layers in CONV_PRESETS:
+            return [tuple(layer) for layer in CONV_PRESETS[conv_layers]]
+    elif isinstance(conv_layers, (tuple, list)) and conv_layers:
+        if all(
+            isinstance(layer, (tuple, list))
+            and len(layer) == 3
+            and all(_is_positive_int(v) for v in layer)
+            for layer in conv_layers
+        ):
+            return [tuple(int(v) for v in layer) for layer in conv_layers]
+    presets = ", ".join(repr(p) for p in CONV_PRESETS)
+    raise ConfigError(
+        "learner.conv_layers",
+        conv_layers,
+        f"a preset ({presets}) or a non-empty tuple of (filters, kernel, stride) "
+        "per layer, each a positive int, e.g. ((16, 3, 1),)",
+    )
+
+
+def _is_positive_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
+
+
+def channel_layout(conv_channels: str, obs_shape: Sequence[int]) -> str:
+    """'first' (C, H, W), 'last' (H, W, C) or 'none' (2-D (H, W): one channel) for
+    `learner.conv_channels` and an observation shape. 'auto' takes the smaller of
+    the first and last axis as the channels (last on a tie). Raises ConfigError
+    for an unknown setting or an observation that is not 2-D or 3-D."""
+    if conv_channels not in CONV_CHANNELS:
+        raise ConfigError("learner.conv_channels", conv_channels, f"one of {CONV_CHANNELS}")
+    shape = tuple(int(d) for d in obs_shape)
+    if len(shape) == 2:
+        return "none"
+    if len(shape) != 3:
+        raise ConfigError(
+            "learner.torso",
+            "conv",
+            f"'mlp' for observation shape {shape}: a conv torso needs 2-D (H, W) or "
+            "3-D (C, H, W or H, W, C) image observations",
+        )
+    if conv_channels == "auto":
+        return "first" if shape[0] < shape[2] else "last"
+    return conv_channels
+
+
+def resolve_conv(learner: LearnerConfig, obs_shape: Sequence[int]) -> tuple[list[ConvLayer], str]:
+    """(conv layers, channel layout) of a LearnerConfig for an observation shape:
+    conv_layer_specs(learner.conv_layers), channel_layout(learner.conv_channels, ...)."""
+    return (
+        conv_layer_specs(learner.conv_layers),
+        channel_layout(learner.conv_channels, obs_shape),
+    )
+
+
+def image_layout(obs_shape: Sequence[int], channels: str) -> tuple[int, int, int]:
+    """(channels, height, width) of an image observation in a resolved layout."""
+    shape = tuple(int(d) for d in obs_shape)
+    if channels == "none" and len(shape) == 2:
+        return 1, shape[0], shape[1]
+    if channels == "first" and len(shape) == 3:
+        return shape
+    if channels == "last" and len(shape) == 3:
+        return shape[2], shape[0], shape[1]
+    raise ValueError(f"observation shape {shape} does not have channel layout {channels!r}")
 
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1  # VALID padding
 
 
+def check_conv_fits(
+    conv_layers: Any, conv_channels: str, obs_shape: Sequence[int]
+) -> tuple[list[ConvLayer], str]:
+    """The resolved (conv layers, channel layout), or ConfigError naming the first
+    layer that does not fit the observation (its input smaller than its kernel)."""
+    specs = conv_layer_specs(conv_layers)
+    channels = channel_layout(conv_channels, obs_shape)
+    shape = tuple(int(d) for d in obs_shape)
+    _, h, w = image_layout(shape, channels)
+    for index, (filters, k, s) in enumerate(specs, start=1):
+        if h < k or w < k:
+            raise ConfigError(
+                "learner.conv_layers",
+                conv_layers,
+                f"conv layers that fit the observation: layer {index} ({filters}, {k}, {s}) "
+                f"needs at least {k}x{k} input, gets {h}x{w} (observation {shape}, "
+                f"{_LAYOUT_WORDS[channels]}); {_suggestion(shape, channels)}",
+            )
+        h, w = _conv_out(h, k, s), _conv_out(w, k, s)
+    return specs, channels
+
+
+def _suggestion(shape: tuple[int, ...], channels: str) -> str:
+    _, h, w = image_layout(shape, channels)
+    for name, preset in CONV_PRESETS.items():
+        size_h, size_w, fits = h, w, True
+        for _, k, s in preset:
+            if size_h < k or size_w < k:
+                fits = False
+                break
+            size_h, size_w = _conv_out(size_h, k, s), _conv_out(size_w, k, s)
+        if fits:
+            return f"try conv_layers={name!r}"
+    return "use fewer layers, smaller kernels or strides"
+
+
+def check_torso(config: ApexConfig, spec: EnvSpec) -> None:
+    """Refuses, before launch, a conv torso that cannot run on `spec`'s observations:
+    raises ConfigError for a bad learner.conv_layers or learner.conv_channels, an
+    observation that is not 2-D or 3-D, or a layer that does not fit. An mlp torso
+    is not checked."""
+    lc = config.learner
+    if lc.torso != "conv":
+        return
+    check_conv_fits(lc.conv_layers, lc.conv_channels, spec.observation_shape)
+
+
+# --- torso weights and forward passes ---------------------------------------
+
+
 def torso_weights(
-    kind: str, obs_shape: Sequence[int], hidden_sizes: Sequence[int], rng: np.random.Generator
+    kind: str,
+    obs_shape: Sequence[int],
+    hidden_sizes: Sequence[int],
+    rng: np.random.Generator,
+    conv_layers: Sequence[ConvLayer] = NATURE_CONVS,
+    channels: str = "first",
 ) -> tuple[list[np.ndarray], int]:
-    """Initial torso weights and the size of the feature vector they produce."""
+    """Initial torso weights and the size of the feature vector they produce.
+
+    `conv_layers` and `channels` (resolved: see check_conv_fits) matter only for
+    kind='conv'; check_conv_fits first to get a ConfigError for a stack that
+    does not fit, rather than a negative size here."""
     weights: list[np.ndarray] = []
     if kind == "conv":
-        c, h, w = _image_layout(obs_shape)
-        for filters, k, s in NATURE_CONVS:
+        c, h, w = image_layout(obs_shape, channels)
+        for filters, k, s in conv_layers:
             weights.append(glorot(rng, k * k * c, k * k * filters, (k, k, c, filters)))
             weights.append(np.zeros(filters, np.float32))
             c, h, w = filters, _conv_out(h, k, s), _conv_out(w, k, s)
@@ -61,23 +202,41 @@ def torso_weights(
     return weights, size
 
 
-def num_torso_arrays(kind: str, hidden_sizes: Sequence[int]) -> int:
-    return 2 * len(hidden_sizes) + (2 * len(NATURE_CONVS) if kind == "conv" else 0)
+def num_torso_arrays(kind: str, hidden_sizes: Sequence[int], conv_layers: Any = "nature") -> int:
+    """How many arrays of the flat weight list are the torso's (`conv_layers`:
+    learner.conv_layers, a preset name or layers; used for kind='conv' only)."""
+    convs = len(conv_layer_specs(conv_layers)) if kind == "conv" else 0
+    return 2 * len(hidden_sizes) + 2 * convs
 
 
-def torso_tf(kind: str, weights: Sequence[tf.Variable], obs: tf.Tensor) -> tf.Tensor:
-    """Features [B, D] of observations [B, ...] (uint8 images are scaled to [0, 1])."""
+def torso_tf(
+    kind: str,
+    weights: Sequence[tf.Variable],
+    obs: tf.Tensor,
+    conv_layers: Sequence[ConvLayer] = NATURE_CONVS,
+    channels: str = "first",
+    scale: float = 1.0,
+) -> tf.Tensor:
+    """Features [B, D] of observations [B, ...].
+
+    A conv torso multiplies the observations by `scale` (EnvSpec.observation_scale:
+    1/255 for uint8 pixels), as a division by 1/scale: for 1/255 that is exactly
+    the x / 255.0 of float32 pixels, where a multiplication by float32(1/255)
+    differs in the last bit for about half of the 256 values.
+    """
     i = 0
     if kind == "conv":
-        x = tf.cast(obs, tf.float32) / 255.0
-        if x.shape.rank == 3:  # [B, H, W] -> [B, H, W, 1]
+        x = tf.cast(obs, tf.float32)
+        if scale != 1.0:
+            x = x / (1.0 / scale)
+        if channels == "none":  # [B, H, W] -> [B, H, W, 1]
             x = x[..., None]
-        else:  # [B, C, H, W] (stacked frames) -> NHWC, the layout TF's CPU kernels take
+        elif channels == "first":  # [B, C, H, W] -> NHWC, the layout TF's CPU kernels take
             x = tf.transpose(x, [0, 2, 3, 1])
-        for _, _, stride in NATURE_CONVS:
+        for _, _, stride in conv_layers:
             x = tf.nn.relu(tf.nn.conv2d(x, weights[i], stride, "VALID") + weights[i + 1])
             i += 2
-        # Flatten in (C, H, W) order so that numpy and TF agree on the dense weights.
+        # Flatten in (C, H, W) order, whatever the input layout: one dense layout.
         x = tf.reshape(tf.transpose(x, [0, 3, 1, 2]), [tf.shape(x)[0], -1])
     else:
         x = tf.reshape(tf.cast(obs, tf.float32), [tf.shape(obs)[0], -1])

@@ -36,7 +36,8 @@ class ActingPolicy:
         self.recurrent = get_builder(config).recurrent
         self._dueling = config.learner.dueling
         self._lstm_size = config.r2d2.lstm_size
-        self._num_torso = layers.num_torso_arrays(config.learner.torso, config.learner.hidden_sizes)
+        lc = config.learner
+        self._num_torso = layers.num_torso_arrays(lc.torso, lc.hidden_sizes, lc.conv_layers)
         self._weights: list[np.ndarray] | None = None
         self._net: tf.Module | None = None
         if config.learner.torso != "mlp":

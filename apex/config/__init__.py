@@ -43,7 +43,7 @@ from apex.config.schema import (
     ReplayConfig,
     StopConfig,
 )
-from apex.config.validation import validate
+from apex.config.validation import unused_fields, validate
 
 __all__ = [
     "INSERT_PRIORITIES",
@@ -68,5 +68,6 @@ __all__ = [
     "load_config_file",
     "rate_limit_plan",
     "to_dict",
+    "unused_fields",
     "validate",
 ]

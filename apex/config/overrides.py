@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import json
 import os
 import types
 import typing
@@ -59,16 +60,45 @@ def _coerce(path: str, text: str, typ: Any) -> Any:
     if typ is str:
         return text
     if origin in (tuple, list):
+        of_str = args[:1] == (str,)
+        example = "a tuple literal such as " + ("('my_envs',)" if of_str else "(128, 128)")
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            raise ConfigError(path, text, "a tuple literal such as (128, 128)") from None
-        if isinstance(value, (int, float)):
+            if of_str and text.strip():  # bare names: --config.env.imports=minatar,my_envs
+                return tuple(s.strip() for s in text.split(",") if s.strip())
+            raise ConfigError(path, text, example) from None
+        if isinstance(value, (int, float)) or (of_str and isinstance(value, str)):
             value = (value,)
         if not isinstance(value, (tuple, list)):
-            raise ConfigError(path, text, "a tuple literal such as (128, 128)")
-        return tuple(value)
+            raise ConfigError(path, text, example)
+        return _tuples(value)
+    if origin is dict or typ is dict:
+        value = _dict_literal(text)
+        if not isinstance(value, dict):
+            raise ConfigError(
+                path, text, "a dict literal such as \"{'enable_wind': True}\" (or JSON)"
+            )
+        return value
     raise ConfigError(path, text, f"a value of type {typ}")
+
+
+def _tuples(value: Any) -> Any:
+    """Lists (from a literal or JSON) as tuples, nested ones too."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _dict_literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def apply_override(config: Any, path: str, text: str) -> None:

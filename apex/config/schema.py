@@ -7,10 +7,19 @@ overrides in apex.config.overrides; `apex.config` re-exports all of them.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 INSERT_PRIORITIES = ("actor_td", "max_seen", "constant")
 PREPROCESSING = ("none", "atari")
 TORSOS = ("mlp", "conv")
+CONV_CHANNELS = ("auto", "first", "last")
+# Conv presets (filters, kernel, stride) per layer, VALID padding.
+CONV_PRESETS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    # Nature DQN (Mnih et al. 2015), for 84x84 Atari frames.
+    "nature": ((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+    # MinAtar (Young & Tian 2019): one 3x3 conv of 16 filters, for 10x10 inputs.
+    "small": ((16, 3, 1),),
+}
 
 
 @dataclasses.dataclass
@@ -18,7 +27,16 @@ class EnvConfig:
     """Which Gymnasium environment the actors and the evaluator step."""
 
     id: str = "CartPole-v1"
-    """Gymnasium id; must have a Discrete action space and a Box observation."""
+    """Gymnasium id (or Gymnasium's 'module:EnvId' form); the env must have a
+    Discrete action space. Box, Discrete, MultiBinary, Tuple and Dict
+    observations are taken (see apex.envs for how each is encoded)."""
+    imports: tuple[str, ...] = ()
+    """Modules imported in every process before the env is made, so that a
+    package can register its envs; 'module:function' also calls that function
+    (e.g. ('minatar.gym:register_envs',)). Each must be importable on every host."""
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments passed to gymnasium.make (e.g. {'enable_wind': True}
+    for LunarLander-v3); on the command line a dict literal."""
     max_episode_steps: int | None = None
     """Overrides the env's own time limit (None keeps the registered one)."""
     observation_indices: tuple[int, ...] | None = None
@@ -28,7 +46,9 @@ class EnvConfig:
     """'none', or 'atari': no-op starts, frame skip with max-pool, grayscale,
     resize (gymnasium's AtariPreprocessing), then an optional frame stack."""
     frame_skip: int = 4
-    """Atari: emulator frames per agent step (the max of the last two is kept)."""
+    """Atari: emulator frames per agent step (the max of the last two is kept).
+    This field and the five after it apply only with preprocessing='atari'; set
+    for another env they are refused before launch."""
     screen_size: int = 84
     """Atari: observations are screen_size x screen_size grayscale."""
     frame_stack: int = 1
@@ -128,7 +148,16 @@ class LearnerConfig:
     """Double DQN learner on prioritized n-step transitions."""
 
     torso: str = "mlp"
-    """'mlp' (vector observations) or 'conv' (Nature-DQN convolutions, images)."""
+    """'mlp' (vector observations) or 'conv' (convolutions over images, then dense)."""
+    conv_layers: tuple[tuple[int, int, int], ...] | str = "nature"
+    """The conv torso's layers: a preset ('nature': Nature DQN for 84x84 frames;
+    'small': one 3x3 conv of 16 filters for MinAtar-sized 10x10 inputs) or a
+    tuple of (filters, kernel, stride) per layer, VALID padding. A stack that
+    does not fit the observation is refused before launch."""
+    conv_channels: str = "auto"
+    """Where an image observation's channels are: 'first' (C, H, W, e.g. stacked
+    Atari frames), 'last' (H, W, C, e.g. MinAtar), or 'auto': the smaller of
+    the first and last axis (last on a tie). 2-D observations have one channel."""
     hidden_sizes: tuple[int, ...] = (128, 128)
     """Widths of the dense layers (ReLU) after the torso's input (mlp) or its
     convolutions (conv)."""
@@ -176,8 +205,14 @@ class EvaluationConfig:
     """Exploration during evaluation (0: greedy)."""
     period_seconds: float = 2.0
     """Seconds between the starts of two evaluations."""
-    target_return: float = 475.0
-    """Mean evaluation return that counts as solved (CartPole-v1: 475)."""
+    target_return: float | str | None = "auto"
+    """Mean evaluation return that counts as solved. 'auto': the env spec's
+    reward_threshold (CartPole-v1: 475, Acrobot-v1: -100, LunarLander-v3: 200),
+    or None where the spec has none. None: no target (stop.when_solved is then
+    refused). Resolved before launch; config.json holds the number."""
+    max_episode_steps: int | None = None
+    """Steps after which an evaluation episode is cut (None: the env's own time
+    limit, or 27,000 steps for an env that has none: 108,000 Atari frames)."""
 
 
 @dataclasses.dataclass

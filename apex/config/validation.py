@@ -6,11 +6,19 @@ field rules are a table here; an agent's own checks are its builder's
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from apex.agents import get_builder
 from apex.config.planning import check_rate_limits
-from apex.config.schema import INSERT_PRIORITIES, PREPROCESSING, TORSOS, ApexConfig
+from apex.config.schema import (
+    CONV_CHANNELS,
+    INSERT_PRIORITIES,
+    PREPROCESSING,
+    TORSOS,
+    ApexConfig,
+    EnvConfig,
+)
 from apex.errors import ConfigError
 
 
@@ -77,7 +85,7 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("evaluation.episodes", "int>=1", False),
     ("evaluation.epsilon", "num in [0,1]", False),
     ("evaluation.period_seconds", "num>0", False),
-    ("evaluation.target_return", "num", False),
+    ("evaluation.max_episode_steps", "int>=1", True),
     ("stop.max_actor_steps", "int>=1", True),
     ("stop.max_learner_steps", "int>=1", True),
     ("stop.max_wall_seconds", "num>0", True),
@@ -105,6 +113,68 @@ _KINDS: dict[str, tuple[Any, str]] = {
 }
 
 
+# Fields that only mean something with env.preprocessing='atari'.
+ATARI_ONLY = (
+    "frame_skip",
+    "screen_size",
+    "frame_stack",
+    "noop_max",
+    "terminal_on_life_loss",
+    "sticky_action_probability",
+)
+_MODULE_NAME = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$"
+)
+
+
+def _check_env(c: ApexConfig) -> None:
+    env = c.env
+    _check(
+        isinstance(env.imports, (tuple, list))
+        and all(isinstance(m, str) and _MODULE_NAME.match(m) for m in env.imports),
+        "env.imports",
+        env.imports,
+        "a tuple of module names, each optionally with ':function' to call once it is "
+        "imported, e.g. ('my_envs',) or ('minatar.gym:register_envs',)",
+    )
+    _check(
+        isinstance(env.kwargs, dict) and all(isinstance(k, str) for k in env.kwargs),
+        "env.kwargs",
+        env.kwargs,
+        "a dict of keyword arguments for gymnasium.make, e.g. {'enable_wind': True}",
+    )
+    if "max_episode_steps" in env.kwargs:
+        raise ConfigError(
+            "env.kwargs",
+            env.kwargs,
+            "no 'max_episode_steps' key: set env.max_episode_steps instead",
+        )
+    if env.preprocessing != "atari":
+        default = EnvConfig()
+        for name in ATARI_ONLY:
+            value = getattr(env, name)
+            _check(
+                value == getattr(default, name),
+                f"env.{name}",
+                value,
+                f"{getattr(default, name)!r} (the default): it applies only with "
+                "env.preprocessing='atari'; an env's own options go in env.kwargs",
+            )
+    target = c.evaluation.target_return
+    _check(
+        target is None or target == "auto" or _is_num(target),
+        "evaluation.target_return",
+        target,
+        "a number, 'auto' (the env spec's reward_threshold) or None (no target)",
+    )
+    _check(
+        c.learner.conv_channels in CONV_CHANNELS,
+        "learner.conv_channels",
+        c.learner.conv_channels,
+        f"one of {list(CONV_CHANNELS)}",
+    )
+
+
 def _get(config: Any, path: str) -> Any:
     for name in path.split("."):
         config = getattr(config, name)
@@ -121,6 +191,7 @@ def validate(config: ApexConfig) -> None:
         "a Gymnasium id such as 'CartPole-v1'",
     )
     builder = get_builder(c)  # ConfigError naming the registered agents
+    _check_env(c)
     for path, choices in (
         ("env.preprocessing", PREPROCESSING),
         ("learner.torso", TORSOS),
@@ -215,3 +286,42 @@ def validate(config: ApexConfig) -> None:
         "a tuple of increasing numbers in (0, 1), e.g. (0.01, 0.1), or ()",
     )
     _check(isinstance(c.run_dir, str), "run_dir", c.run_dir, "a path string")
+
+
+def _changed(section: Any, default: Any, names: tuple[str, ...] | None = None) -> list[str]:
+    import dataclasses
+
+    names = names or tuple(f.name for f in dataclasses.fields(section))
+    return [n for n in names if getattr(section, n) != getattr(default, n)]
+
+
+def unused_fields(config: ApexConfig, launcher: str = "local") -> list[str]:
+    """Notes on fields set away from their defaults that this program does not use
+    (the r2d2 section for a feed-forward agent, conv settings for an mlp torso,
+    the cluster section for a local launch): said before launch, never dropped
+    silently. Atari-only env fields for another env are refused by `validate`."""
+    from apex.config.schema import ClusterConfig, LearnerConfig, R2D2Config
+
+    notes = []
+    if not get_builder(config).recurrent:
+        changed = _changed(config.r2d2, R2D2Config())
+        if changed:
+            notes.append(
+                f"r2d2.{', r2d2.'.join(changed)} set, but agent={config.agent!r} is not "
+                "recurrent: unused"
+            )
+    if config.learner.torso != "conv":
+        changed = _changed(config.learner, LearnerConfig(), ("conv_layers", "conv_channels"))
+        if changed:
+            notes.append(
+                f"learner.{', learner.'.join(changed)} set, but learner.torso="
+                f"{config.learner.torso!r}: unused (conv_layers apply with torso='conv')"
+            )
+    if launcher != "ray":
+        changed = _changed(config.cluster, ClusterConfig())
+        if changed:
+            notes.append(
+                f"cluster.{', cluster.'.join(changed)} set, but the launch is local: "
+                "unused (the cluster section applies with --launcher=ray)"
+            )
+    return notes

@@ -55,6 +55,9 @@ class ApexDQNBuilder(AgentBuilder):
             dueling=lc.dueling,
             seed=seed,
             torso=lc.torso,
+            conv_layers=lc.conv_layers,
+            conv_channels=lc.conv_channels,
+            observation_scale=spec.observation_scale,
         )
 
     def make_actor(self, config, actor_id, variable_source, writer, **kwargs: Any):

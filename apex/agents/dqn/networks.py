@@ -24,7 +24,14 @@ class QNetwork(tf.Module):
       num_actions: size of the Discrete action space.
       hidden_sizes: dense ReLU layers after the input (mlp) or the convs (conv).
       dueling: value + advantage head.
-      torso: 'mlp' or 'conv' (Nature DQN convolutions on uint8 images).
+      torso: 'mlp' or 'conv' (convolutions over images, then the dense layers).
+      conv_layers: the conv torso's layers: a preset name of
+        apex.config.CONV_PRESETS or (filters, kernel, stride) per layer.
+      conv_channels: 'auto', 'first' (C, H, W) or 'last' (H, W, C).
+      observation_scale: what a conv torso multiplies observations by
+        (EnvSpec.observation_scale: 1/255 for uint8 pixels).
+
+    Raises ConfigError when the conv layers do not fit the observation.
     """
 
     def __init__(
@@ -36,21 +43,40 @@ class QNetwork(tf.Module):
         seed: int = 0,
         torso: str = "mlp",
         name: str = "q_network",
+        conv_layers: str | Sequence[tuple[int, int, int]] = "nature",
+        conv_channels: str = "auto",
+        observation_scale: float = 1.0,
     ):
         super().__init__(name=name)
         obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.dueling = dueling
         self.torso = torso
         self.num_actions = num_actions
+        self.conv_layers: list[tuple[int, int, int]] = []
+        self.channels = "none"
+        if torso == "conv":
+            self.conv_layers, self.channels = layers.check_conv_fits(
+                conv_layers, conv_channels, obs_shape
+            )
+        self.observation_scale = float(observation_scale)
         rng = np.random.default_rng(seed)
-        arrays, size = layers.torso_weights(torso, obs_shape, hidden_sizes, rng)
+        arrays, size = layers.torso_weights(
+            torso, obs_shape, hidden_sizes, rng, self.conv_layers, self.channels
+        )
         self._num_torso = len(arrays)
         arrays += layers.head_weights(size, num_actions, dueling, rng)
         self.weights: list[tf.Variable] = [tf.Variable(a) for a in arrays]
 
     def __call__(self, obs: tf.Tensor) -> tf.Tensor:
         k = self._num_torso
-        x = layers.torso_tf(self.torso, self.weights[:k], obs)
+        x = layers.torso_tf(
+            self.torso,
+            self.weights[:k],
+            obs,
+            self.conv_layers,
+            self.channels,
+            self.observation_scale,
+        )
         return layers.head_tf(self.weights[k:], x, self.dueling)
 
     def get_weights(self) -> list[np.ndarray]:

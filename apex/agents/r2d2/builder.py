@@ -73,6 +73,9 @@ class R2D2Builder(AgentBuilder):
             dueling=lc.dueling,
             seed=seed,
             torso=lc.torso,
+            conv_layers=lc.conv_layers,
+            conv_channels=lc.conv_channels,
+            observation_scale=spec.observation_scale,
         )
 
     def make_actor(self, config, actor_id, variable_source, writer, **kwargs: Any):

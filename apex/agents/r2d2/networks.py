@@ -28,6 +28,10 @@ class RecurrentQNetwork(tf.Module):
       lstm_size: LSTM units H.
       dueling: value + advantage head.
       torso: 'mlp' or 'conv'.
+      conv_layers, conv_channels, observation_scale: the conv torso's, as in
+        apex.agents.dqn.networks.QNetwork.
+
+    Raises ConfigError when the conv layers do not fit the observation.
     """
 
     def __init__(
@@ -40,14 +44,27 @@ class RecurrentQNetwork(tf.Module):
         seed: int = 0,
         torso: str = "mlp",
         name: str = "recurrent_q_network",
+        conv_layers: str | Sequence[tuple[int, int, int]] = "nature",
+        conv_channels: str = "auto",
+        observation_scale: float = 1.0,
     ):
         super().__init__(name=name)
+        obs_shape = tuple(obs_shape)
         self.torso = torso
         self.dueling = dueling
         self.lstm_size = int(lstm_size)
         self.num_actions = num_actions
+        self.conv_layers: list[tuple[int, int, int]] = []
+        self.channels = "none"
+        if torso == "conv":
+            self.conv_layers, self.channels = layers.check_conv_fits(
+                conv_layers, conv_channels, obs_shape
+            )
+        self.observation_scale = float(observation_scale)
         rng = np.random.default_rng(seed)
-        arrays, size = layers.torso_weights(torso, tuple(obs_shape), hidden_sizes, rng)
+        arrays, size = layers.torso_weights(
+            torso, obs_shape, hidden_sizes, rng, self.conv_layers, self.channels
+        )
         self._num_torso = len(arrays)
         h = self.lstm_size
         bias = np.zeros(4 * h, np.float32)
@@ -77,7 +94,7 @@ class RecurrentQNetwork(tf.Module):
         w = self.weights
         batch, steps = tf.shape(obs)[0], obs.shape[1]
         flat = tf.reshape(obs, tf.concat([[batch * steps], tf.shape(obs)[2:]], 0))
-        feats = layers.torso_tf(self.torso, w[:k], flat)
+        feats = self._torso(w[:k], flat)
         d = feats.shape[-1]
         w_x, w_h, b = w[k][:d], w[k][d:], w[k + 1]
         # The input projection of every step in one matmul; only h @ W_h is sequential.
@@ -99,10 +116,15 @@ class RecurrentQNetwork(tf.Module):
         """(Q [B, A], next state) of one step."""
         k = self._num_torso
         w = self.weights
-        feats = layers.torso_tf(self.torso, w[:k], obs)
+        feats = self._torso(w[:k], obs)
         d = feats.shape[-1]
         h, c = _lstm_tf(tf.matmul(feats, w[k][:d]) + w[k + 1], *state, w[k][d:])
         return layers.head_tf(w[k + 2 :], h, self.dueling), (h, c)
+
+    def _torso(self, weights: Sequence[tf.Variable], obs: tf.Tensor) -> tf.Tensor:
+        return layers.torso_tf(
+            self.torso, weights, obs, self.conv_layers, self.channels, self.observation_scale
+        )
 
     def get_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.weights]
