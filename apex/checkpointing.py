@@ -11,15 +11,22 @@ Layout of RUN_DIR/checkpoints/ckpt-<learner step, 9 digits>/:
                     table and rate-limiter state
     COMPLETE        written last: a directory without it is never loaded
 
+With replay.num_shards = S > 1 (apex.replay.shards) `replay/` is replaced by one
+Reverb checkpoint per shard, named as the shard is (`shard_name`):
+`replay_0/`, `replay_1/`, ..., `replay_<S-1>/`. Every shard is moved in before
+COMPLETE is written, so a complete checkpoint holds all of them or none; `load`
+refuses one that misses a shard (S is read from its manifest's config).
+
 A checkpoint is assembled in `ckpt-N.partial/` and renamed when complete, so a
 crash (or a SIGKILL) in the middle leaves a `.partial` directory that
 `latest_complete` skips. After a new checkpoint completes, all but the newest
 `checkpoint.keep` are deleted.
 
 The live Reverb server's own checkpointer writes into RUN_DIR/replay_checkpoints
-(where `tools.replay` snapshots also go). Reverb keeps only the newest
-checkpoint of that root, so each replay checkpoint is moved out of it into its
-run checkpoint as soon as it is written.
+(where `tools.replay` snapshots also go); with S > 1 shards, each server has a
+root of its own, RUN_DIR/replay_checkpoints/<shard name> (`replay_root`).
+Reverb keeps only the newest checkpoint of its root, so each replay checkpoint
+is moved out of it into its run checkpoint as soon as it is written.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import Any
 
 import numpy as np
@@ -73,6 +81,7 @@ STRUCTURAL_FIELDS = (
     "replay.samples_per_insert",
     "replay.error_buffer",
     "replay.priority_exponent",
+    "replay.num_shards",
 )
 
 
@@ -87,17 +96,58 @@ class Checkpoint:
     manifest: dict[str, Any]
 
     @property
+    def num_shards(self) -> int:
+        """Replay shards the checkpoint holds (1 for one written before shards existed)."""
+        return checkpoint_num_shards(self.manifest)
+
+    @property
     def replay_path(self) -> str:
+        """The Reverb checkpoint of the replay (replay.num_shards = 1; else see `shard_path`)."""
+        if self.num_shards != 1:
+            raise CheckpointError(
+                f"{self.path} holds {self.num_shards} replay shards: read each with shard_path(s)"
+            )
         return os.path.join(self.path, REPLAY_DIR)
+
+    def shard_path(self, shard: int) -> str:
+        """The Reverb checkpoint of replay shard `shard` (S = 1: `replay_path`)."""
+        return os.path.join(self.path, shard_dir(shard, self.num_shards))
+
+    @property
+    def shard_paths(self) -> list[str]:
+        """Every shard's Reverb checkpoint, shard s at index s."""
+        return [self.shard_path(s) for s in range(self.num_shards)]
+
+
+def shard_dir(shard: int, num_shards: int) -> str:
+    """The directory of replay shard `shard` in a run checkpoint: 'replay' when
+    there is one shard, else the shard's name 'replay_<s>' (apex.replay.shards)."""
+    from apex.replay.shards import shard_name
+
+    return shard_name(shard, num_shards)
+
+
+def checkpoint_num_shards(manifest: dict[str, Any]) -> int:
+    """replay.num_shards of the config a checkpoint's manifest records (1 if absent)."""
+    value = _saved_field(manifest.get("config", {}), "replay.num_shards")
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return 1
 
 
 def checkpoints_dir(run_dir: str) -> str:
     return os.path.join(run_dir, CHECKPOINTS_DIR)
 
 
-def replay_root(run_dir: str) -> str:
-    """The live Reverb server's checkpointer root (transient; see the module doc)."""
-    return os.path.join(run_dir, REPLAY_ROOT)
+def replay_root(run_dir: str, shard: int | None = None, num_shards: int = 1) -> str:
+    """The live Reverb server's checkpointer root (transient; see the module doc):
+    RUN_DIR/replay_checkpoints; with `shard` of `num_shards` > 1, that shard's
+    server's own root RUN_DIR/replay_checkpoints/replay_<shard>."""
+    root = os.path.join(run_dir, REPLAY_ROOT)
+    if shard is None or int(num_shards) == 1:
+        return root
+    return os.path.join(root, shard_dir(shard, num_shards))
 
 
 def list_complete(run_dir: str) -> list[str]:
@@ -150,9 +200,10 @@ def make_manifest(
     config: ApexConfig, signature: Any, network_shapes: list[list[int]]
 ) -> dict[str, Any]:
     """The manifest of a checkpoint of `config` (see the module doc)."""
+    from apex.replay.shards import shard_config
     from apex.run_dir import git_commit, package_versions
 
-    return {
+    manifest = {
         "format": FORMAT,
         "created": time.time(),
         "packages": package_versions(),
@@ -161,6 +212,13 @@ def make_manifest(
         "table": replay_table_manifest(config, signature),
         "network_shapes": [list(s) for s in network_shapes],
     }
+    num_shards = int(config.replay.num_shards)
+    if num_shards > 1:  # each shard's table: the settings of shard_config
+        manifest["shards"] = {
+            "names": [shard_dir(s, num_shards) for s in range(num_shards)],
+            "table": replay_table_manifest(shard_config(config), signature),
+        }
+    return manifest
 
 
 def _field(config_dict: dict[str, Any], path: str, missing: Any = None) -> Any:
@@ -249,8 +307,25 @@ def load(path: str) -> Checkpoint:
         raise CheckpointError(
             f"{path} has checkpoint format {manifest.get('format')!r}; this apex reads {FORMAT}"
         )
-    if not os.path.isfile(os.path.join(path, REPLAY_DIR, "DONE")):
-        raise CheckpointError(f"{path} is corrupt: its replay/ has no complete Reverb checkpoint")
+    num_shards = checkpoint_num_shards(manifest)
+    if num_shards == 1:
+        if not os.path.isfile(os.path.join(path, REPLAY_DIR, "DONE")):
+            raise CheckpointError(
+                f"{path} is corrupt: its replay/ has no complete Reverb checkpoint"
+            )
+    else:
+        missing = [
+            shard_dir(s, num_shards)
+            for s in range(num_shards)
+            if not os.path.isfile(os.path.join(path, shard_dir(s, num_shards), "DONE"))
+        ]
+        if missing:
+            raise CheckpointError(
+                f"{path} is not a complete checkpoint: it misses replay shard "
+                f"{', '.join(missing)} of {num_shards} (replay.num_shards={num_shards}: "
+                f"{', '.join(shard_dir(s, num_shards) + '/' for s in range(num_shards))} "
+                "each with a complete Reverb checkpoint)"
+            )
     step = int(m.group(1)) if m else int(state.get("learner_steps", 0))
     return Checkpoint(path=path, step=step, learner=learner, state=state, manifest=manifest)
 
@@ -261,10 +336,13 @@ def write(
     learner: dict[str, np.ndarray],
     state: dict[str, Any],
     manifest: dict[str, Any],
-    replay_path: str | None,
+    replay_path: str | Sequence[str] | None,
     keep: int,
 ) -> str:
-    """Assembles ckpt-<step> (see the module doc); moves `replay_path` into it.
+    """Assembles ckpt-<step> (see the module doc); moves `replay_path` into it: one
+    Reverb checkpoint (as `replay/`), or a list of one per shard (shard s at
+    index s, as `shard_dir(s, S)`: `replay/` for a list of one), every one
+    before COMPLETE.
 
     Returns the path of the complete checkpoint. Older complete checkpoints
     beyond `keep` are deleted afterwards.
@@ -274,8 +352,11 @@ def write(
     partial = final + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
-    if replay_path is not None:
+    if isinstance(replay_path, str):
         os.rename(replay_path, os.path.join(partial, REPLAY_DIR))
+    elif replay_path is not None:
+        for shard, shard_path in enumerate(replay_path):
+            os.rename(shard_path, os.path.join(partial, shard_dir(shard, len(replay_path))))
     with open(os.path.join(partial, LEARNER_FILE), "wb") as f:
         np.savez(f, **learner)
         f.flush()
@@ -312,7 +393,9 @@ class RunCheckpointer:
       run_dir: the run directory.
       manifest: from `make_manifest`.
       replay_client: a reverb.Client of the program's server (its checkpointer
-        root must be `replay_root(run_dir)`).
+        root must be `replay_root(run_dir)`), or a list of one per replay shard
+        (shard s at index s; its root `replay_root(run_dir, s, S)`): every shard
+        is checkpointed and the run checkpoint holds all of them.
       counters: returns the coordinator's counters (`Coordinator.checkpoint_state`).
       period_seconds: between periodic checkpoints (None: none).
       keep: complete checkpoints kept.
@@ -333,7 +416,9 @@ class RunCheckpointer:
     ):
         self._run_dir = run_dir
         self._manifest = manifest
-        self._client = replay_client
+        self._clients = (
+            list(replay_client) if isinstance(replay_client, (list, tuple)) else [replay_client]
+        )
         self._counters = counters
         self._period = period_seconds
         self._keep = keep
@@ -346,26 +431,73 @@ class RunCheckpointer:
         now = time.time() if now is None else now
         return self._period is not None and now - self._last >= self._period
 
-    def _replay_checkpoint(self) -> str:
-        """A fresh Reverb checkpoint path of the live server, moved out of its root safely."""
+    @staticmethod
+    def _replay_checkpoint(client: Any, name: str = "replay") -> str:
+        """A fresh Reverb checkpoint path of a live server, moved out of its root safely."""
         for _ in range(3):
-            path = self._client.checkpoint()
+            path = client.checkpoint()
             moved = path + ".apex"
             try:
                 os.rename(path, moved)  # out of Reverb's reach: it prunes older dirs of its root
                 return moved
             except FileNotFoundError:  # an inspection snapshot pruned it: write another
                 continue
-        raise CheckpointError("the replay checkpoint kept disappearing from its root")
+        raise CheckpointError(f"the {name} checkpoint kept disappearing from its root")
+
+    def _replay_checkpoints(self) -> str | list[str]:
+        """The Reverb checkpoint of the server (one path), or of every shard (a list,
+        written in parallel; if one fails, the others are removed and the error
+        names the shard)."""
+        if len(self._clients) == 1:
+            return self._replay_checkpoint(self._clients[0])
+        num = len(self._clients)
+        names = [shard_dir(s, num) for s in range(num)]
+        with futures.ThreadPoolExecutor(num, thread_name_prefix="replay-checkpoint") as pool:
+            jobs = [
+                pool.submit(self._replay_checkpoint, c, n) for c, n in zip(self._clients, names)
+            ]
+            futures.wait(jobs)
+        paths, failed = [], []
+        for name, job in zip(names, jobs):
+            err = job.exception()
+            if err is None:
+                paths.append(job.result())
+            else:
+                failed.append(f"{name}: {type(err).__name__}: {err}")
+        if failed:
+            for path in paths:
+                shutil.rmtree(path, ignore_errors=True)
+            raise CheckpointError(
+                "the replay shards could not all be checkpointed (the run checkpoint needs "
+                "every shard): " + "; ".join(failed)
+            )
+        return paths
+
+    def _check_shards_answer(self) -> None:
+        """With shards: refuses at once (CheckpointError naming them) when a shard's
+        server does not answer, before the priority flush waits on it in vain."""
+        if len(self._clients) == 1:
+            return
+        silent = []
+        for s, client in enumerate(self._clients):
+            try:
+                client.server_info(timeout=2)
+            except Exception as err:  # noqa: BLE001 - gone, or not answering
+                silent.append(f"{shard_dir(s, len(self._clients))} ({type(err).__name__}: {err})")
+        if silent:
+            raise CheckpointError(
+                "the run checkpoint needs every replay shard; not answering: " + ", ".join(silent)
+            )
 
     def save(self, learner: Any, reason: str = "periodic") -> str:
         """Writes one checkpoint of `learner` (between its SGD steps) and the replay."""
         start = time.time()
+        self._check_shards_answer()
         learner.flush_priorities()
         counters = dict(self._counters())
         step = int(learner.steps)
         counters["learner_steps"] = step
-        replay = self._replay_checkpoint()
+        replay = self._replay_checkpoints()
         state = learner.get_state()
         path = write(self._run_dir, step, state, counters, self._manifest, replay, self._keep)
         seconds = time.time() - start

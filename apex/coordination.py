@@ -4,6 +4,15 @@ directory's files for the nodes that cannot (metrics of remote nodes,
 heartbeats, state.json, replay_address, summary.json), prints progress and
 stops the program.
 
+With replay.num_shards S > 1 it polls every shard's server: the replay
+figures (metrics rows, state.json, summary.json, the progress line) are
+totals over the shards, with each shard's own next to them
+(`replay/shard_<s>/...` rows, summary.json's `replay_shards`); the file
+RUN_DIR/replay_address names shard 0's server and RUN_DIR/replay_addresses
+every shard's, one line each: `<shard name> <HOST:PORT>` (REPLAY_ADDRESSES_FILE).
+A shard server in a process of its own beats like any node, so its death stops
+the program with 'node failed' naming it.
+
 Every call a node makes to it is an RPC with a bounded timeout (courier),
 so a node on another host, with no access to the run directory, takes part
 in a run, a stop and a resume.
@@ -24,7 +33,19 @@ from apex.heartbeat import HOST, HeartbeatStore
 from apex.jsonio import write_json_atomic
 from apex.metrics import MetricsWriter
 from apex.replay.inspect import stats_from_server_info
+from apex.replay.shards import ADDRESSES_FILE, shard_name
 from apex.supervision import death_message
+
+REPLAY_ADDRESS_FILE = "replay_address"
+"""RUN_DIR/replay_address: HOST:PORT of the replay server (shard 0's with shards)."""
+REPLAY_ADDRESSES_FILE = (
+    ADDRESSES_FILE  # apex.replay.shards: one `<shard_name> <HOST:PORT>` per line
+)
+"""RUN_DIR/replay_addresses (replay.num_shards > 1 only): one line per shard,
+shard s on line s+1, `<shard name> <HOST:PORT>`, e.g. `replay_1 localhost:40123`."""
+# The per-shard figures of the metrics rows (replay/shard_<s>/<key>) and of
+# summary.json's replay_shards.
+SHARD_KEYS = ("size", "inserts", "samples", "samples_per_insert")
 
 SUMMARY_KEYS = (
     "env_steps",
@@ -55,7 +76,8 @@ class Coordinator:
       config: the program config.
       run_dir: where summary.json and state.json go ('' : nowhere).
       start_time: unix time of the launch (wall_seconds count from it).
-      replay_client: a reverb.Client of the replay server (None: no replay stats).
+      replay_client: a reverb.Client of the replay server (None: no replay stats),
+        or a list of one per replay shard (shard s at index s).
       stop_program: called once when a stop criterion is reached.
       metrics: the coordinator's own metrics rows.
       out: where progress lines go (default stdout).
@@ -77,7 +99,12 @@ class Coordinator:
         self._config = config
         self._run_dir = run_dir
         self._start = float(start_time)
-        self._replay = replay_client
+        if isinstance(replay_client, (list, tuple)):
+            self._replays = list(replay_client)
+        else:
+            self._replays = [] if replay_client is None else [replay_client]
+        self._replay = self._replays[0] if self._replays else None
+        self.shard_names = [shard_name(s, len(self._replays)) for s in range(len(self._replays))]
         self._stop_program = stop_program
         self._metrics = metrics
         self._out = out if out is not None else sys.stdout
@@ -93,6 +120,10 @@ class Coordinator:
         # (return, wall s, env steps, param version); the learner keeps its parameters
         self._best: tuple[float, float, int, int | None] | None = None
         self._table_stats: list[dict[str, Any]] = []
+        # With shards: each shard's table stats (None until its first poll) and
+        # figures (the keys of _replay_info), shard s at index s.
+        self._shard_stats: list[dict[str, Any] | None] = [None] * len(self._replays)
+        self._shard_info: list[dict[str, float]] = [{} for _ in self._replays]
         self._reported: dict[tuple[str, str], float] = {}
         self._doctor_lines = 0
         self.findings: list[Any] = []
@@ -111,12 +142,19 @@ class Coordinator:
         self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
         self.heartbeats = HeartbeatStore(run_dir, silent_after=silent_after)
         self._node_metrics: dict[str, MetricsWriter] = {}
-        if run_dir and replay_client is not None:
+        if run_dir and self._replay is not None:
             # For tools: python -m tools.replay stats --run_dir=RUN_DIR finds the live server.
-            address = getattr(replay_client, "server_address", None)
+            address = getattr(self._replay, "server_address", None)
             if address:
-                with open(os.path.join(run_dir, "replay_address"), "w") as f:
+                with open(os.path.join(run_dir, REPLAY_ADDRESS_FILE), "w") as f:
                     f.write(address + "\n")
+            if len(self._replays) > 1:
+                lines = [
+                    f"{name} {getattr(client, 'server_address', '')}\n"
+                    for name, client in zip(self.shard_names, self._replays)
+                ]
+                with open(os.path.join(run_dir, REPLAY_ADDRESSES_FILE), "w") as f:
+                    f.writelines(lines)
 
     # --------------------------------------------------------- control plane
     def heartbeat(self, beat: dict[str, Any]) -> None:
@@ -251,8 +289,17 @@ class Coordinator:
     def report_failure(self, node: str, message: str) -> None:
         """A node gave up (e.g. an actor past actor.max_restarts) or died of an
         exception ('<Type>: <message>'): stop the program with 'node failed',
-        naming it as '<node>: <message>' (RPC)."""
+        naming it as '<node>: <message>' (RPC). A replay shard found dead by
+        then is named first: its clients' errors follow from its death."""
+        self._check_dead_shards()
         self.report_failure_text(f"{node}: {message}")
+
+    def _check_dead_shards(self) -> None:
+        if len(self._replays) < 2 or self._failure is not None:
+            return
+        dead = [b for b in self.heartbeats.dead() if b.get("node") in self.shard_names]
+        if dead:
+            self.check_nodes()
 
     def report_failure_text(self, failure: str) -> None:
         """Records `failure` (the first one is kept: the likely cause)."""
@@ -322,8 +369,13 @@ class Coordinator:
                 "eval_return_mean": None if self._eval is None else self._eval["return_mean"],
             }
 
+    _INFO_KEYS = ("size", "capacity", "inserts", "samples", "samples_per_insert", "unique_samples")
+
     def _poll_replay(self) -> None:
         if self._replay is None:
+            return
+        if len(self._replays) > 1:
+            self._poll_shards()
             return
         try:
             info = self._replay.server_info(timeout=2)
@@ -332,15 +384,41 @@ class Coordinator:
         self._table_stats = stats_from_server_info(info)
         if self._table_stats:  # the program's one table
             t = self._table_stats[0]
-            keys = (
-                "size",
-                "capacity",
-                "inserts",
-                "samples",
-                "samples_per_insert",
-                "unique_samples",
-            )
-            self._replay_info = {k: t[k] for k in keys}
+            self._replay_info = {k: t[k] for k in self._INFO_KEYS}
+
+    def _poll_shards(self) -> None:
+        """Every shard's server_info; a shard that does not answer keeps its last
+        figures (the totals are over the last figures of every shard)."""
+        for s, client in enumerate(self._replays):
+            try:
+                stats = stats_from_server_info(client.server_info(timeout=2))
+            except Exception:  # noqa: BLE001 - the server may be gone (shutdown, or dead)
+                continue
+            if stats:  # the shard's one table
+                self._shard_stats[s] = stats[0]
+                self._shard_info[s] = {k: stats[0][k] for k in self._INFO_KEYS}
+        known = [i for i in self._shard_info if i]
+        if not known:
+            return
+        total = {
+            k: sum(i[k] for i in known)
+            for k in ("size", "capacity", "inserts", "samples", "unique_samples")
+        }
+        total["samples_per_insert"] = (
+            total["samples"] / total["inserts"] if total["inserts"] else 0.0
+        )
+        self._replay_info = total
+        self._table_stats = [t for t in self._shard_stats if t is not None]
+
+    def shard_figures(self) -> dict[str, dict[str, Any]]:
+        """Each shard's figures by shard name (SHARD_KEYS; None before its first
+        poll); empty with one replay server."""
+        if len(self._replays) < 2:
+            return {}
+        return {
+            name: {k: info.get(k) for k in SHARD_KEYS}
+            for name, info in zip(self.shard_names, self._shard_info)
+        }
 
     def summary(self) -> dict[str, Any]:
         now = time.time()
@@ -383,6 +461,8 @@ class Coordinator:
                 "checkpoint": self._checkpoint,
                 "resumed_from": self._resumed_from,
             }
+            if len(self._replays) > 1:
+                s["replay_shards"] = self.shard_figures()
         return s
 
     def write_summary(self) -> dict[str, Any]:
@@ -424,11 +504,14 @@ class Coordinator:
     def progress_line(self, rates: dict[str, float]) -> str:
         r = self._replay_info
         ev = "-" if self._eval is None else f"{self._eval['return_mean']:.1f}"
+        shards = ""
+        if len(self._replays) > 1:  # each shard's size: ' (1,200+1,180)'
+            shards = " (" + "+".join(f"{i.get('size', 0):,}" for i in self._shard_info) + ")"
         return (
             f"[apex {time.time() - self._start:6.1f}s] env_steps {self.env_steps_now():,} "
             f"({rates.get('env', 0.0):,.0f}/s) | learner_steps {self._learner_steps:,} "
-            f"({rates.get('learner', 0.0):.1f}/s) | replay {r.get('size', 0):,}/{r.get('capacity', 0):,} "
-            f"| samples/insert {r.get('samples_per_insert', 0.0):.2f} | eval_return {ev}"
+            f"({rates.get('learner', 0.0):.1f}/s) | replay {r.get('size', 0):,}/{r.get('capacity', 0):,}"
+            f"{shards} | samples/insert {r.get('samples_per_insert', 0.0):.2f} | eval_return {ev}"
         )
 
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -545,8 +628,15 @@ class Coordinator:
         """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""
         now = time.time() if now is None else now
         table = self._table_stats[0] if self._table_stats else None
+        shards = None
+        if len(self._replays) > 1:
+            shards = dict(zip(self.shard_names, self._shard_stats))
         self.findings = diagnose(
-            self.heartbeats.beats(), table, self._config.logging.stall_seconds, now
+            self.heartbeats.beats(),
+            table,
+            self._config.logging.stall_seconds,
+            now,
+            shard_tables=shards,
         )
         active = set()
         for f in self.findings:
@@ -576,6 +666,9 @@ class Coordinator:
             "replay/unique_samples": r.get("unique_samples"),
             "coordinator/stall_findings": len(self.findings),
         }
+        for s, info in enumerate(self._shard_info if len(self._replays) > 1 else []):
+            for key in SHARD_KEYS:
+                row[f"replay/shard_{s}/{key}"] = info.get(key)
         with self._lock:
             if self._recent_returns:
                 row["coordinator/episode_return_mean"] = sum(self._recent_returns) / len(

@@ -8,6 +8,10 @@ Reasons (the `reason` field, stable for scripts):
   node_silent                   a node's heartbeat is older than that (dead or hung)
 Each message says why, with the numbers: replay below min_size, or the rate
 limiter's insert/sample balance at one of its bounds, and what that means.
+With replay shards (replay.num_shards > 1) the numbers are a shard's, named:
+an actor's insert waits on its own shard (actor i writes to shard i % S), and
+the learner waits only while no shard lets a batch through, so its finding
+names every shard and why each holds it.
 """
 
 from __future__ import annotations
@@ -35,13 +39,19 @@ def _limiter_text(t: dict[str, Any]) -> str:
     return format_stats([t], signature=False).replace("\n  ", "; ")
 
 
-def _why_no_samples(t: dict[str, Any] | None) -> str:
+_UNREACHABLE = "replay numbers unavailable (replay server unreachable)"
+_SHARD_UNREACHABLE = "its numbers unavailable (its server unreachable)"
+
+
+def _why_no_samples(t: dict[str, Any] | None, shard: bool = False) -> str:
+    """Why a sample waits (`shard`: said of one shard, whose name comes before)."""
     if t is None:
-        return "replay numbers unavailable (replay server unreachable)"
+        return _SHARD_UNREACHABLE if shard else _UNREACHABLE
     rl = t["rate_limiter"]
     if t["size"] < rl["min_size_to_sample"]:
+        where = "the shard" if shard else "replay"
         why = (
-            f"replay holds {t['size']:,} items, below min_size {rl['min_size_to_sample']:,}: "
+            f"{where} holds {t['size']:,} items, below min_size {rl['min_size_to_sample']:,}: "
             "the actors have not inserted enough yet (are they running? see their heartbeats)"
         )
     elif not rl["can_sample"]:
@@ -54,9 +64,10 @@ def _why_no_samples(t: dict[str, Any] | None) -> str:
     return f"{why}. {_limiter_text(t)}"
 
 
-def _why_no_insert(t: dict[str, Any] | None) -> str:
+def _why_no_insert(t: dict[str, Any] | None, shard: bool = False) -> str:
+    """Why an insert waits (`shard`: said of one shard, whose name comes before)."""
     if t is None:
-        return "replay numbers unavailable (replay server unreachable)"
+        return _SHARD_UNREACHABLE if shard else _UNREACHABLE
     rl = t["rate_limiter"]
     if not rl["can_insert"]:
         why = (
@@ -68,14 +79,36 @@ def _why_no_insert(t: dict[str, Any] | None) -> str:
     return f"{why}. {_limiter_text(t)}"
 
 
+def _shard_of(node: str, num_shards: int) -> int | None:
+    """The shard actor node 'actor_<i>' writes to (None for another node)."""
+    from apex.replay.shards import shard_of_actor
+
+    prefix, _, index = node.partition("_")
+    if prefix != "actor" or not index.isdigit():
+        return None
+    return shard_of_actor(int(index), num_shards)
+
+
+def _why_no_samples_sharded(shards: dict[str, dict[str, Any] | None]) -> str:
+    return "no shard lets a batch through: " + " | ".join(
+        f"{name}: {_why_no_samples(t, shard=True)}" for name, t in shards.items()
+    )
+
+
 def diagnose(
     heartbeats: dict[str, dict[str, Any]],
     table: dict[str, Any] | None,
     stall_seconds: float,
     now: float | None = None,
+    shard_tables: dict[str, dict[str, Any] | None] | None = None,
 ) -> list[Finding]:
-    """Findings for the current heartbeats and replay table stats (may be empty)."""
+    """Findings for the current heartbeats and replay table stats (may be empty).
+
+    shard_tables: with replay.num_shards > 1, each shard's table stats (None:
+    unreachable) by shard name, shard s the s-th entry; `table` is then unused.
+    """
     now = time.time() if now is None else now
+    names = list(shard_tables or {})
     found = []
     for node, beat in sorted(heartbeats.items()):
         state = beat.get("state")
@@ -99,9 +132,18 @@ def diagnose(
         if in_state < stall_seconds:
             continue
         if state == hb.TRAINING:
-            found.append(
-                Finding("learner_waiting_for_samples", node, in_state, _why_no_samples(table))
+            why = (
+                _why_no_samples_sharded(shard_tables)
+                if shard_tables and len(names) > 1
+                else _why_no_samples(table)
             )
+            found.append(Finding("learner_waiting_for_samples", node, in_state, why))
         elif state == hb.INSERTING:
-            found.append(Finding("actor_blocked_on_insert", node, in_state, _why_no_insert(table)))
+            shard = _shard_of(node, len(names)) if len(names) > 1 else None
+            if shard is None or shard_tables is None:
+                why = _why_no_insert(table)
+            else:
+                name = names[shard]
+                why = f"{name}: {_why_no_insert(shard_tables[name], shard=True)}"
+            found.append(Finding("actor_blocked_on_insert", node, in_state, why))
     return found

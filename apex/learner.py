@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,13 @@ from apex.envs import EnvSpec
 from apex.exploration import epsilon_bands
 from apex.metrics import MetricsWriter
 from apex.replay.dataset import make_dataset
-from apex.replay.priorities import PriorityUpdater
+from apex.replay.sharded import (
+    ShardedPriorityUpdater,
+    ShardedSampler,
+    drain_datasets,
+    shard_importance_weights,
+)
+from apex.replay.shards import shard_config, shard_name
 
 
 class Learner(acme_core.Saveable):
@@ -38,18 +44,27 @@ class Learner(acme_core.Saveable):
     Args:
       config: the program config.
       spec: the env's spec (observation shape and dtype, actions).
-      replay_address: HOST:PORT of the Reverb server.
+      replay_address: HOST:PORT of the Reverb server, or a sequence of them, one
+        per replay shard (shard s at index s; apex.replay.shards): every batch
+        then comes whole from one shard (apex.replay.sharded), and its priority
+        updates go back to it. One address (or a sequence of one) is one server.
       builder: the agent's parts (default: the builder of config.agent).
       coordinator: a Reporter (apex.roles) the learner reports its counters to.
       metrics: where the learner's metrics rows go.
       heartbeat: the node's heartbeat (the learner marks when it waits on sampling).
+
+    Attributes (besides steps): num_shards; replay_clients (one reverb.Client
+    per shard) and replay_client (shard 0's); last_update (keys, sampled
+    priorities, new priorities) of the last step and last_shards (the shard of
+    each of those items); with S > 1 also last_weights (the importance weights
+    it trained with) and last_draw (shard, q, ready shards, N of that batch).
     """
 
     def __init__(
         self,
         config: ApexConfig,
         spec: EnvSpec,
-        replay_address: str,
+        replay_address: str | Sequence[str],
         builder: AgentBuilder | None = None,
         coordinator: Any = None,
         metrics: MetricsWriter | None = None,
@@ -70,27 +85,58 @@ class Learner(acme_core.Saveable):
             final_learning_rate=lc.learning_rate_final,
             decay_steps=lc.learning_rate_decay_steps,
         )
+        addresses = [replay_address] if isinstance(replay_address, str) else list(replay_address)
+        if len(addresses) != int(config.replay.num_shards):
+            raise ValueError(
+                f"Learner: {len(addresses)} replay address(es) for "
+                f"replay.num_shards = {config.replay.num_shards}"
+            )
+        self.num_shards = len(addresses)
         self._address = replay_address
-        self._client = reverb.Client(replay_address)
+        self.replay_clients = [reverb.Client(a) for a in addresses]
+        self._client = self.replay_clients[0]
         self._signature = builder.item_signature(config, spec)
-        self._dataset = make_dataset(
-            replay_address,
-            self._signature,
-            lc.batch_size,
-            num_workers=lc.num_sample_workers,
-            prefetch=lc.prefetch_batches,
-            in_flight_batches=lc.in_flight_batches,
-            table=self._table,
-            transform=builder.input_transform(),
-        )
+        # S > 1: the shards' batches come through the sampler (drainer threads
+        # start on the first step) into a tf.function taking the batch, which
+        # applies the input transform itself (fewer tensors cross Python per batch).
+        self._transform = builder.input_transform()
+        self._datasets = [
+            make_dataset(
+                a,
+                self._signature,
+                lc.batch_size,
+                num_workers=lc.num_sample_workers,
+                prefetch=lc.prefetch_batches,
+                in_flight_batches=lc.in_flight_batches,
+                table=self._table,
+                transform=self._transform if self.num_shards == 1 else None,
+            )
+            for a in addresses
+        ]
+        self._dataset = self._datasets[0]
+        self._sampler: ShardedSampler | None = None
+        self._shard_sgd_fn: Any = None
+        if self.num_shards > 1:
+            self._sampler = ShardedSampler(
+                self._datasets, self.replay_clients, self._table, seed=lc.seed
+            )
+            spec_ = self._dataset.element_spec
+            scalar = tf.TensorSpec([], tf.float64)
+            self._shard_sgd_fn = tf.function(
+                self._sgd_shard_batch, input_signature=[spec_.data, spec_.info, scalar, scalar]
+            )
         # Made on the first step: an iterator starts sampling (and counting
         # samples in the rate limiter) as soon as it exists.
         self._iterator: Any = None
         self._sgd_fn: Any = None  # _sgd traced for self._sgd_iterator (see _run_sgd)
         self._sgd_iterator: Any = None
-        self._updater = PriorityUpdater(
-            self._client, merge=lc.priority_update_period, table=self._table
+        self._updater = ShardedPriorityUpdater(
+            self.replay_clients, merge=lc.priority_update_period, table=self._table
         )
+        # Priority updates not acknowledged that a warning line named already,
+        # and the keys each shard had been sent as of the previous row.
+        self._unacked_warned = 0
+        self._sent_at_last_row = [0] * self.num_shards
         self._coordinator = coordinator
         self._metrics = metrics
         self._beta = float(lc.importance_exponent)
@@ -113,6 +159,12 @@ class Learner(acme_core.Saveable):
         self._band_counts = np.zeros(num_bands)
         self._band_priority = np.zeros(num_bands)
         self.last_update: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # The shard of each item of last_update (one batch is one shard's).
+        self.last_shards: np.ndarray | None = None
+        # S > 1: the importance weights the last step trained with, and its draw
+        # (apex.replay.sharded.ShardBatch without the sample: shard, q, ready, N).
+        self.last_weights: np.ndarray | None = None
+        self.last_draw: Any = None
         self._error: Exception | None = None
         self._should_stop: Callable[[], bool] | None = None
         self.checkpointer: Any = None  # apex.checkpointing.RunCheckpointer, set by the node
@@ -128,10 +180,24 @@ class Learner(acme_core.Saveable):
     def _sgd(self, iterator):
         """One SGD step on the next batch of `iterator` (traced by _run_sgd)."""
         sample = next(iterator)
-        data, info = sample.data, sample.info
+        return self._sgd_on(sample.data, sample.info, self._importance_weights(sample.info))
+
+    def _sgd_shard_batch(self, data, info, q, total_size):
+        """One SGD step on a shard's batch (S > 1; traced once: self._shard_sgd_fn):
+        importance weights by apex.replay.sharded's rule, q_s of the draw and N
+        the sum of every shard's latest known size (the table_size of its latest
+        batch, or its server_info while its rate limiter holds it: ShardedSampler)."""
+        weights = shard_importance_weights(info.probability, q, total_size, self._beta)
+        if self._transform is not None:
+            data = self._transform(data)
+        out = self._sgd_on(data, info, weights)
+        out["weights"] = weights
+        return out
+
+    def _sgd_on(self, data, info, weights):
         with tf.GradientTape() as tape:
             loss, priorities, q_mean = self._builder.loss(
-                self._config, self._online, self._target, data, self._importance_weights(info)
+                self._config, self._online, self._target, data, weights
             )
         variables = self._online.weights
         grads = tape.gradient(loss, variables)
@@ -176,7 +242,10 @@ class Learner(acme_core.Saveable):
         """One SGD step (blocks until the rate limiter lets a batch through)."""
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
-        while True:
+        shard = 0
+        if self._sampler is not None:
+            out, shard = self._step_shards()
+        while self._sampler is None:
             try:
                 if self._iterator is None:
                     self._iterator = iter(self._dataset)
@@ -201,8 +270,9 @@ class Learner(acme_core.Saveable):
                 self._weights_cv.notify_all()
         keys = out["keys"].numpy()
         prios = out["priorities"].numpy()
-        self._updater.put(keys, prios)
+        self._updater.put(keys, prios, shard)
         self.last_update = (keys, out["sampled_priorities"].numpy(), prios)
+        self.last_shards = np.full(len(keys), shard, np.int32)
         version, insert_time, epsilon = out["provenance"].numpy().T
         self._lags.append(self.steps - 1 - version)
         self._ages.append(time.time() - insert_time)
@@ -213,6 +283,21 @@ class Learner(acme_core.Saveable):
         loss, grad_norm, q_mean = out["scalars"].numpy().tolist()
         self._last = {"loss": loss, "grad_norm": grad_norm, "q_mean": q_mean}
         return self._last
+
+    def _step_shards(self) -> tuple[dict[str, tf.Tensor], int]:
+        """S > 1: one SGD step on the next batch of the sampler; (outputs, shard)."""
+        batch = self._sampler.next(self._should_stop)
+        if batch is None:
+            raise _Stopped()
+        out = self._shard_sgd_fn(
+            batch.sample.data,
+            batch.sample.info,
+            tf.constant(batch.q, tf.float64),
+            tf.constant(float(batch.total_size), tf.float64),
+        )
+        self.last_weights = out["weights"].numpy()
+        self.last_draw = batch._replace(sample=None)
+        return out, batch.shard
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Steps until should_stop() or config.stop.max_learner_steps.
@@ -275,13 +360,15 @@ class Learner(acme_core.Saveable):
         """
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
-        table, min_size = self._table, self._config.replay.min_size
+        # With S > 1 any shard that can serve will do: its own min_size.
+        table, min_size = self._table, shard_config(self._config).replay.min_size
         while not should_stop():
-            try:
-                if self._client.server_info(timeout=2)[table].current_size >= min_size:
+            for client in self.replay_clients:
+                try:
+                    if client.server_info(timeout=2)[table].current_size >= min_size:
+                        return
+                except Exception:  # noqa: BLE001 - the first sample reports a missing server
                     return
-            except Exception:  # noqa: BLE001 - the first sample reports a missing server
-                return
             time.sleep(0.05)
 
     def drain(self, seconds: float, until: Callable[[], bool] | None = None) -> int:
@@ -297,6 +384,8 @@ class Learner(acme_core.Saveable):
         end = time.time() + seconds
         count = [0]
         done = until or (lambda: False)
+        if self.num_shards > 1:  # every shard's actors may wait on its rate limiter
+            return drain_datasets(self._datasets, seconds, done)
 
         def loop() -> None:
             iterator = iter(self._dataset)
@@ -319,7 +408,7 @@ class Learner(acme_core.Saveable):
         self._updater.start()
 
     def flush_priorities(self) -> None:
-        """Blocks until every priority update so far reached Reverb."""
+        """Blocks until every priority update so far reached Reverb (every shard)."""
         self._updater.flush()
 
     def report(self, now: float, rate: float | None) -> dict[str, Any]:
@@ -355,6 +444,8 @@ class Learner(acme_core.Saveable):
             row["learner/priority_update_ms"] = (
                 1000.0 * self._updater.seconds_in_calls / self._updater.calls
             )
+        if self.num_shards > 1:
+            self._report_shards(row)
         if self._metrics is not None:
             self._metrics.write(row)
         if self._coordinator is not None:
@@ -366,6 +457,35 @@ class Learner(acme_core.Saveable):
             except Exception:  # noqa: BLE001 - best effort
                 pass
         return row
+
+    def _report_shards(self, row: dict[str, Any]) -> None:
+        """Per-shard counters (S > 1), and one warning line when more priority
+        updates went unacknowledged since the last row: counted, never dropped
+        silently. Unacknowledged: a call that raised, or one that has not
+        returned since the previous row (a call to a vanished server can hang)."""
+        sent, acked, failed = self._updater.sent(), self._updater.acked(), self._updater.failed()
+        for s in range(self.num_shards):
+            row[f"learner/batches_shard_{s}"] = self._sampler.batches[s]
+            row[f"learner/priority_updates_sent_shard_{s}"] = sent[s]
+            row[f"learner/priority_updates_acked_shard_{s}"] = acked[s]
+        row["learner/priority_updates_unacked"] = sum(sent) - sum(acked)
+        stale = [
+            max(failed[s], self._sent_at_last_row[s] - acked[s]) for s in range(self.num_shards)
+        ]
+        self._sent_at_last_row = sent
+        if sum(stale) > self._unacked_warned:
+            errors = self._updater.last_errors()
+            where = ", ".join(
+                f"{shard_name(s, self.num_shards)}: {stale[s]} keys "
+                f"({errors[s] or 'no answer since the previous metrics row'})"
+                for s in range(self.num_shards)
+                if stale[s]
+            )
+            print(
+                f"[apex] learner: priority updates not acknowledged by their shard: {where}",
+                flush=True,
+            )
+        self._unacked_warned = sum(stale)
 
     def _keep_counters(self, future: Any) -> None:
         """Holds the run's counters the coordinator returned: a checkpoint written
@@ -514,10 +634,14 @@ class Learner(acme_core.Saveable):
 
     @property
     def replay_client(self) -> reverb.Client:
+        """Shard 0's client (the only one with one server); all: replay_clients."""
         return self._client
 
     def close(self) -> None:
-        """Stops the priority updater and closes the metrics files (idempotent)."""
+        """Stops the sampler's threads (S > 1), the priority updater and closes
+        the metrics files (idempotent)."""
+        if self._sampler is not None:
+            self._sampler.close()
         self._updater.close()
         if self._metrics is not None:
             self._metrics.close()

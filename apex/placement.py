@@ -10,10 +10,17 @@ The rules (ClusterConfig's docstring says them to users):
     node": it has `learner_resource` and `learner_gpus` when they are asked for,
     and CPUs for all three. Among the nodes that fit, the launcher's own host
     comes first (the run directory is written there), then the head node.
+  - replay shards (replay.num_shards > 1; apex.replay.shards) that are nodes of
+    their own: spread over the nodes other than the learner's (those actors may
+    use), each to the node with the most CPUs left, onto the learner's node
+    only when the others are full. Shard 0 colocated with the learner stays
+    with it.
   - actors: spread over the nodes other than the learner's (those with
     `actor_resource` when it is set), each to the node with the most CPUs left;
     the learner's node takes actors only when the others are full (and only
-    when it has `actor_resource`, if that is set).
+    when it has `actor_resource`, if that is set). An actor goes to the node of
+    the shard it writes to (actor i -> shard i % S) when that node is one of
+    those and has room: its inserts then stay on its host.
 
 CPU counts are Ray's logical CPUs; a node's free CPUs are its total less what
 this plan gives out (Ray itself refuses what another job already holds: the
@@ -68,17 +75,37 @@ class Demand:
     cpus: float
     gpus: float = 0.0
     resource: str | None = None
+    shard: int | None = None
+    """A replay shard's number (replay.num_shards > 1), or the shard an actor writes to."""
 
     @property
     def name(self) -> str:
-        return self.label if self.label != "actor" else f"actor_{self.index}"
+        if self.label == "actor":
+            return f"actor_{self.index}"
+        if self.label == "replay" and self.shard is not None:
+            return f"replay_{self.shard}"
+        return self.label
+
+    @property
+    def is_shard(self) -> bool:
+        return self.label == "replay" and self.shard is not None
 
     def ray_resources(self) -> dict[str, float]:
         return {self.resource: RESOURCE_UNIT} if self.resource else {}
 
 
-def demands(cluster: ClusterConfig, groups: Sequence[tuple[str, int]]) -> list[Demand]:
-    """One Demand per program node; `groups` is [(label, number of nodes)]."""
+def demands(
+    cluster: ClusterConfig,
+    groups: Sequence[tuple[str, int]],
+    num_shards: int = 1,
+    first_shard_node: int = 0,
+) -> list[Demand]:
+    """One Demand per program node; `groups` is [(label, number of nodes)].
+
+    `num_shards` > 1: the replay group's nodes are shards `first_shard_node`,
+    `first_shard_node` + 1, ... (1 when shard 0 is colocated with the learner),
+    and each actor's demand names the shard it writes to."""
+    sharded = int(num_shards) > 1
     out = []
     for label, count in groups:
         for i in range(count):
@@ -93,11 +120,15 @@ def demands(cluster: ClusterConfig, groups: Sequence[tuple[str, int]]) -> list[D
                     )
                 )
             elif label == "replay":
-                out.append(Demand(label, i, cluster.replay_cpus))
+                shard = first_shard_node + i if sharded else None
+                out.append(Demand(label, i, cluster.replay_cpus, shard=shard))
             elif label == "coordinator":
                 out.append(Demand(label, i, cluster.coordinator_cpus))
             elif label == "actor":
-                out.append(Demand(label, i, cluster.actor_cpus, 0.0, cluster.actor_resource))
+                shard = i % int(num_shards) if sharded else None
+                out.append(
+                    Demand(label, i, cluster.actor_cpus, 0.0, cluster.actor_resource, shard=shard)
+                )
             else:
                 raise PlacementError(f"no placement rule for program nodes labelled {label!r}")
     return out
@@ -124,12 +155,13 @@ def plan_placement(
     """
     if not nodes:
         raise PlacementError("the Ray cluster has no alive node")
-    servers = [d for d in wanted if d.label in SERVER_LABELS]
+    servers = [d for d in wanted if d.label in SERVER_LABELS and not d.is_shard]
+    shards = [d for d in wanted if d.is_shard]
     actors = [d for d in wanted if d.label == "actor"]
     total = sum(d.cpus for d in wanted)
     if cluster_free_cpus is not None and total > cluster_free_cpus + 1e-9:
         raise PlacementError(
-            f"the program needs {_fmt(total)} CPUs ({_breakdown(servers, actors)}); "
+            f"the program needs {_fmt(total)} CPUs ({_breakdown(servers + shards, actors)}); "
             f"the cluster has {_fmt(cluster_free_cpus)} free"
         )
     learner = next((d for d in servers if d.label == "learner"), None)
@@ -154,11 +186,21 @@ def plan_placement(
     plan = {d.name: home.node_id for d in servers}
     free = {n.node_id: n.cpus for n in nodes}
     free[home.node_id] -= server_cpus
+    actor_resource = actors[0].resource if actors else None
+    others = [n for n in nodes if n.node_id != home.node_id and n.has(actor_resource)]
+    overflow = [home] if home.has(actor_resource) else []
+
+    for d in shards:  # each on a host of its own where one has room
+        target = _most_free(others, free, d.cpus) or _most_free([home], free, d.cpus)
+        if target is None:
+            raise PlacementError(
+                f"no node for {d.name}: it needs {_fmt(d.cpus)} CPUs (cluster.replay_cpus); "
+                f"free: {', '.join(f'{n.short}: {_fmt(free[n.node_id])}' for n in nodes)}"
+            )
+        plan[d.name] = target.node_id
+        free[target.node_id] -= d.cpus
 
     if actors:
-        actor_resource = actors[0].resource
-        others = [n for n in nodes if n.node_id != home.node_id and n.has(actor_resource)]
-        overflow = [home] if home.has(actor_resource) else []
         eligible = others + overflow
         if not eligible:
             raise PlacementError(
@@ -167,7 +209,14 @@ def plan_placement(
             )
         spare = {n.node_id: max(free[n.node_id], 0.0) for n in eligible}
         for d in actors:
-            target = _most_free(others, free, d.cpus) or _most_free(overflow, free, d.cpus)
+            target = None
+            shard_node = plan.get(f"replay_{d.shard}") if d.shard is not None else None
+            if shard_node is not None and shard_node != home.node_id:
+                # Next to the shard it writes to, when that host is one actors use.
+                target = _most_free([n for n in others if n.node_id == shard_node], free, d.cpus)
+            target = (
+                target or _most_free(others, free, d.cpus) or _most_free(overflow, free, d.cpus)
+            )
             if target is None:
                 where = (
                     f"the nodes with {actor_resource!r} (cluster.actor_resource) have"
@@ -178,8 +227,13 @@ def plan_placement(
                 raise PlacementError(
                     f"{len(actors)} actors x {_fmt(d.cpus)} CPUs need "
                     f"{_fmt(len(actors) * d.cpus)} CPUs; {where} {_fmt(sum(spare.values()))} "
-                    f"free for actors, after the learner's node takes {_fmt(server_cpus)} "
-                    f"({per})"
+                    f"free for actors, after the learner's node takes {_fmt(server_cpus)}"
+                    + (
+                        f" and the replay shards {_fmt(sum(s.cpus for s in shards))}"
+                        if shards
+                        else ""
+                    )
+                    + f" ({per})"
                 )
             plan[d.name] = target.node_id
             free[target.node_id] -= d.cpus

@@ -181,15 +181,46 @@ class GracefulReverbNode(lp.ReverbNode):
     """lp.ReverbNode whose server outlives the stop request: by the grace period,
     and until the coordinator says the learner has finished (its drain that
     releases the actors and its final checkpoint), at most
-    STOP_WINDOW.final_checkpoint_wait."""
+    STOP_WINDOW.final_checkpoint_wait.
 
-    def __init__(self, tables_fn, checkpoint_ctor=None, port: int | None = None):
+    Args:
+      tables_fn, checkpoint_ctor: as lp.ReverbNode's.
+      port: replay.port (+ the shard's index): the server listens there.
+      name: the node's name in failures and beats ('replay', or a shard's
+        'replay_<s>', apex.replay.shards.shard_name).
+      heartbeat_period: > 0 for a server in a process of its own (a replay
+        shard): it beats to the coordinator as `name` every that many seconds,
+        so its death stops the program ('node failed' naming it), and it
+        watches the launcher like every node process. 0: no beats (the one
+        replay server, or a shard in the learner's process), as before shards.
+    """
+
+    def __init__(
+        self,
+        tables_fn,
+        checkpoint_ctor=None,
+        port: int | None = None,
+        name: str = "replay",
+        heartbeat_period: float = 0.0,
+    ):
         super().__init__(tables_fn, checkpoint_ctor)
         self._coordinator_handle: Any = None
+        self._name = name
+        self._heartbeat_period = float(heartbeat_period)
+        self._coordinator: Any = None  # the dereferenced handle, once running
         if port is not None:  # replay.port: the server listens there, clients dial it
             address = self.reverb_address
             address.__class__ = PinnedPortAddress
             address.pinned_port = int(port)
+
+    def _beat(self) -> hb.Heartbeat:
+        # Held by the node: a courier client shuts its channel down when collected,
+        # and the beat holds only its `futures` (which does not keep it alive).
+        self._coordinator = coordinator = self._coordinator_handle.dereference()
+        futures = getattr(coordinator, "futures", None)
+        beat = hb.Heartbeat((futures or coordinator).heartbeat, self._name, self._heartbeat_period)
+        beat.enter(hb.IDLE)
+        return beat
 
     def wait_for_learner_through(self, coordinator_handle: Any) -> None:
         """At a stop, ask the coordinator (its handle) whether the learner has finished.
@@ -200,17 +231,27 @@ class GracefulReverbNode(lp.ReverbNode):
         self._coordinator_handle = coordinator_handle
 
     def run(self) -> None:
+        beat = None
+        if self._heartbeat_period > 0 and self._coordinator_handle is not None:
+            _quiet_logs()  # a shard's own process: no absl INFO lines (port picking)
+            node_should_stop()  # its own process: the stop window, the launcher watchdog
+            beat = self._beat()
         try:
             super().run()  # returns when the program is asked to stop
         except Exception as err:
             if not _stopping():  # the tables, the checkpointer or the server failed
                 handle = self._coordinator_handle
-                report_node_failure(handle.dereference() if handle else None, "replay", err)
+                report_node_failure(handle.dereference() if handle else None, self._name, err)
             raise
+        finally:
+            if beat is not None:
+                # 'stopped' at the stop request: the server still serves the drain
+                # and the final checkpoint, but its end is no death to report.
+                beat.close()
         time.sleep(STOP_WINDOW.replay_grace + 0.5)
         if self._coordinator_handle is None:
             return
-        coordinator = self._coordinator_handle.dereference()
+        coordinator = self._coordinator or self._coordinator_handle.dereference()
         deadline = time.time() + STOP_WINDOW.final_checkpoint_wait
         while time.time() < deadline:
             try:
@@ -251,12 +292,15 @@ class LearnerNode:
         self._config = config
         self._coordinator_gone = False
         self._heartbeat = _heartbeat(config, coordinator, "learner", self._counters)
-        address = replay.server_address
+        # One replay server, or (replay.num_shards > 1) a list: shard s at index s.
+        sharded = isinstance(replay, (list, tuple))
+        addresses = [r.server_address for r in replay] if sharded else [replay.server_address]
         if config.replay.colocate_with_learner:
-            # The server is in this process: Reverb samples in-process (no gRPC) only
-            # through a localhost address, and a launcher on a cluster binds the
-            # host's IP (launch.ray_launch).
-            address = "localhost:" + address.rsplit(":", 1)[1]
+            # The server (shard 0) is in this process: Reverb samples in-process (no
+            # gRPC) only through a localhost address, and a launcher on a cluster
+            # binds the host's IP (launch.ray_launch).
+            addresses[0] = "localhost:" + addresses[0].rsplit(":", 1)[1]
+        address = addresses if sharded else addresses[0]
         self._learner = Learner(
             config,
             spec,
@@ -277,7 +321,8 @@ class LearnerNode:
                 checkpointing.make_manifest(
                     config, self._learner.signature, self._learner.network_shapes()
                 ),
-                self._learner.replay_client,
+                # Every shard's client (learner.replay_clients), or the one server's.
+                getattr(self._learner, "replay_clients", None) or self._learner.replay_client,
                 counters=self._checkpoint_counters,
                 period_seconds=ck.period_seconds,
                 keep=ck.keep,

@@ -7,6 +7,16 @@
     evaluator (CourierNode: greedy episodes; in the coordinator's process)
     actors (CourierNodes: env steppers; need no run directory)
 
+Replay shards (replay.num_shards = S > 1, apex.replay.shards): S Reverb
+servers 'replay_0' ... 'replay_<S-1>', each with the table of
+`shard_config(config)`, its own checkpointer root and, on a resume, its own
+shard of the checkpoint. Shard 0 is in the learner's process when
+replay.colocate_with_learner (as the one server is); every other shard is a
+node of its own in the Launchpad group 'replay' (in shard order: replay/0 is
+shard 1 when shard 0 is colocated, shard 0 otherwise). Actor i gets shard
+i % S; the learner and the coordinator get every shard (a list). With
+replay.port set, shard s listens on replay.port + s.
+
 The nodes themselves are in launch/nodes.py, the stop window in
 apex/lifecycle.py, the agent's parts in its builder (apex.agents).
 """
@@ -26,6 +36,7 @@ from apex.agents.layers import check_torso
 from apex.config import ApexConfig, validate
 from apex.envs import prepare_env
 from apex.ports import check_port_free
+from apex.replay.shards import shard_config, shard_name, shard_of_actor
 from apex.replay.tables import make_tables
 from launch.nodes import (
     ActorNode,
@@ -52,8 +63,10 @@ def make_program(
         `launch.train.resume_checkpoint`): learner state, counters and replay.
     """
     validate(config)
+    num_shards = int(config.replay.num_shards)
     if config.replay.port is not None:
-        check_port_free("replay.port", config.replay.port)
+        for s in range(num_shards):  # shard s: replay.port + s
+            check_port_free("replay.port" if s == 0 else f"replay.port+{s}", config.replay.port + s)
     builder = get_builder(config)
     # env.imports, the observation encoding, target_return='auto' resolved in `config`.
     spec = prepare_env(config).spec
@@ -61,21 +74,37 @@ def make_program(
     start_time = time.time() if start_time is None else start_time
     program = lp.Program("apex")
 
-    checkpoint_ctor = None
     if run_dir:
         # The server's checkpointer root holds only transient checkpoints (tools'
         # snapshots, a run checkpoint's replay until it is moved): start it empty,
         # since Reverb loads the fallback (a resumed replay) only into an empty root.
         shutil.rmtree(checkpointing.replay_root(run_dir), ignore_errors=True)
-        checkpoint_ctor = functools.partial(
-            reverb.checkpointers.DefaultCheckpointer,
-            path=checkpointing.replay_root(run_dir),
-            fallback_checkpoint_path=resume.replay_path if resume is not None else None,
+    # The replay: one server, or one per shard (each with a shard's table).
+    tables_fn = functools.partial(make_tables, shard_config(config), spec)
+    replay_nodes = []
+    for s in range(num_shards):
+        checkpoint_ctor = None
+        if run_dir:
+            checkpoint_ctor = functools.partial(
+                reverb.checkpointers.DefaultCheckpointer,
+                path=checkpointing.replay_root(run_dir, s, num_shards),
+                fallback_checkpoint_path=resume.shard_path(s) if resume is not None else None,
+            )
+        own_process = s > 0 or not config.replay.colocate_with_learner
+        replay_nodes.append(
+            GracefulReverbNode(
+                tables_fn,
+                checkpoint_ctor,
+                port=None if config.replay.port is None else config.replay.port + s,
+                name=shard_name(s, num_shards),
+                heartbeat_period=config.logging.heartbeat_period_seconds
+                if num_shards > 1 and own_process
+                else 0.0,
+            )
         )
-    replay_node = GracefulReverbNode(
-        functools.partial(make_tables, config, spec), checkpoint_ctor, port=config.replay.port
-    )
-    replay = replay_node.create_handle()
+    shard_handles = [node.create_handle() for node in replay_nodes]
+    # What the learner and the coordinator take: the server, or every shard.
+    replay = shard_handles[0] if num_shards == 1 else shard_handles
 
     resume_state = resume.state if resume is not None else None
     resume_from = resume.path if resume is not None else ""
@@ -85,7 +114,8 @@ def make_program(
     )
     coordinator = coordinator_node.create_handle()
     coordinator.set_client_kwargs(call_timeout=5)  # reports never hang on a stopped coordinator
-    replay_node.wait_for_learner_through(coordinator)
+    for node in replay_nodes:
+        node.wait_for_learner_through(coordinator)
 
     learner_node = lp.CourierNode(
         LearnerNode, config, builder, spec, replay, coordinator, run_dir, resume_from
@@ -97,9 +127,20 @@ def make_program(
 
     if config.replay.colocate_with_learner:
         # One process: sampling skips gRPC (measured 2x the learner's rate here).
-        program.add_node(lp.MultiThreadingColocation([replay_node, learner_node]), label="learner")
+        program.add_node(
+            lp.MultiThreadingColocation([replay_nodes[0], learner_node]), label="learner"
+        )
+        if num_shards > 1:
+            with program.group("replay"):
+                for node in replay_nodes[1:]:
+                    program.add_node(node)
     else:
-        program.add_node(replay_node, label="replay")
+        if num_shards == 1:
+            program.add_node(replay_nodes[0], label="replay")
+        else:
+            with program.group("replay"):
+                for node in replay_nodes:
+                    program.add_node(node)
         program.add_node(learner_node, label="learner")
 
     evaluator_node = lp.CourierNode(EvaluatorNode, config, learner, coordinator, run_dir)
@@ -118,6 +159,15 @@ def make_program(
                     int(resume_state.get("actor_episodes", {}).get(str(i), 0)),
                 )
             program.add_node(
-                lp.CourierNode(ActorNode, config, builder, i, replay, learner, coordinator, counts)
+                lp.CourierNode(
+                    ActorNode,
+                    config,
+                    builder,
+                    i,
+                    shard_handles[shard_of_actor(i, num_shards)],
+                    learner,
+                    coordinator,
+                    counts,
+                )
             )
     return program

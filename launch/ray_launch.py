@@ -220,9 +220,9 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
             raise RayUnavailableError(
                 "--ray_simulate_nodes", simulate_nodes, "an integer >= 2 (a head and workers)"
             )
-        wanted = demands(config.cluster, program_shape(config))
-        servers = sum(d.cpus for d in wanted if d.label in SERVER_LABELS)
-        actors = sum(d.cpus for d in wanted if d.label == "actor")
+        wanted = program_demands(config)
+        servers = sum(d.cpus for d in wanted if d.label in SERVER_LABELS and not d.is_shard)
+        actors = sum(d.cpus for d in wanted if d.label == "actor" or d.is_shard)
         # Ray's node CPU counts are whole numbers.
         simulated = SimulatedCluster(
             simulate_nodes,
@@ -269,16 +269,25 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
 def program_shape(config: ApexConfig) -> list[tuple[str, int]]:
     """The program's node groups as launch.program builds them: [(label, count)]."""
     groups = [("learner", 1)]
+    shards = int(config.replay.num_shards)
     if not config.replay.colocate_with_learner:
-        groups.insert(0, ("replay", 1))
+        groups.insert(0, ("replay", shards))
+    elif shards > 1:  # shard 0 is in the learner's process; the others are nodes
+        groups.append(("replay", shards - 1))
     groups += [("coordinator", 1), ("actor", config.actor.num_actors)]
     return groups
+
+
+def program_demands(config: ApexConfig) -> list[Demand]:
+    """What each node of `config`'s program asks of the cluster (apex.placement.demands)."""
+    first = 1 if config.replay.colocate_with_learner else 0
+    return demands(config.cluster, program_shape(config), config.replay.num_shards, first)
 
 
 def plan(config: ApexConfig, session: RaySession) -> tuple[dict[str, str], list[Demand]]:
     """Placement of `config`'s program on the session's cluster (PlacementError if
     it does not fit: raised before anything starts)."""
-    wanted = demands(config.cluster, program_shape(config))
+    wanted = program_demands(config)
     placement = plan_placement(session.nodes, wanted, session.launcher_ip, session.free_cpus)
     return placement, wanted
 
@@ -477,7 +486,9 @@ class RayLauncher:
         for label, nodes in compat.program_groups(program):
             for index, node in enumerate(nodes):
                 colour = _PALETTE[len(self._slots) % len(_PALETTE)]
-                self._slots.append(_Slot(by_node[(label, index)], node, f"{label}/{index}", colour))
+                demand = by_node[(label, index)]
+                title = demand.name if demand.is_shard else f"{label}/{index}"
+                self._slots.append(_Slot(demand, node, title, colour))
         self._remote_cls = self._ray.remote(NodeHost)
         self._control_port = free_ports(1)[0]
         self._control = compat.courier_server(_Control(self.request_stop), self._control_port)

@@ -119,3 +119,32 @@ def test_replay_port_pins_the_port_whatever_host_a_launch_binds():
     free = GracefulReverbNode(lambda: [], None)
     compat.bind_node_addresses(free, ["10.0.0.7:40001"])
     assert free.reverb_address.resolve() == "10.0.0.7:40001"
+
+
+def test_replay_shards_spread_over_hosts_and_actors_sit_next_to_their_shard():
+    from launch.ray_launch import program_demands, program_shape
+
+    c = ApexConfig()
+    c.actor.num_actors = 4
+    c.replay.num_shards = 3  # shard 0 with the learner; shards 1 and 2 are nodes
+    assert program_shape(c) == [("learner", 1), ("replay", 2), ("coordinator", 1), ("actor", 4)]
+    wanted = program_demands(c)
+    assert [d.name for d in wanted if d.label == "replay"] == ["replay_1", "replay_2"]
+    assert [d.shard for d in wanted if d.label == "actor"] == [0, 1, 2, 0]
+    big1 = ClusterNode("work1111bbbb", "10.0.0.2", 4)
+    big2 = ClusterNode("work2222cccc", "10.0.0.3", 4)
+    plan = plan_placement([HEAD, big1, big2], wanted, launcher_ip="10.0.0.1")
+    assert plan["learner"] == plan["coordinator"] == HEAD.node_id
+    # One shard per worker host, and each actor of a shard on that shard's host.
+    assert {plan["replay_1"], plan["replay_2"]} == {big1.node_id, big2.node_id}
+    assert plan["actor_1"] == plan["replay_1"] and plan["actor_2"] == plan["replay_2"]
+    # Shard 0 is on the learner's host: its actors stay off it while others have room.
+    assert plan["actor_0"] != HEAD.node_id and plan["actor_3"] != HEAD.node_id
+    # Every shard a node of its own (not colocated): shard 0 spreads too.
+    c.replay.colocate_with_learner = False
+    assert program_shape(c)[0] == ("replay", 3)
+    plan = plan_placement([HEAD, big1, big2], program_demands(c), launcher_ip="10.0.0.1")
+    assert {plan[f"replay_{s}"] for s in range(3)} <= {big1.node_id, big2.node_id}
+    # A cluster too small for the shards says so, counting them.
+    with pytest.raises(PlacementError, match="replay_1 1"):
+        plan_placement([HEAD], program_demands(c), launcher_ip="10.0.0.1", cluster_free_cpus=3)

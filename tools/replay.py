@@ -15,10 +15,23 @@ COMMAND
   watch        stats every --interval seconds (--count=N refreshes, 0: forever)
 
 SOURCE (one of)
-  --run_dir=DIR       a live program (reads DIR/replay_address)
-  --server=HOST:PORT  a live Reverb server
+  --run_dir=DIR       a live program (reads DIR/replay_addresses when the replay
+                      is sharded, else DIR/replay_address)
+  --server=HOST:PORT[,HOST:PORT...]
+                      a live Reverb server; several: the shards, in shard order
   --checkpoint=DIR    a Reverb checkpoint directory, or a checkpointer root
-                      (its newest complete checkpoint); no server needed
+                      (its newest complete checkpoint), or a directory holding
+                      one per shard (replay_0/, replay_1/, ...: a run checkpoint
+                      of a sharded replay); no server needed
+
+SHARDS (replay.num_shards = S > 1, apex.replay.shards): every command covers
+every shard, per shard and in total: `stats` each shard's table and rate
+limiter then a total line; `priorities` the pooled histogram with each shard's
+counts per bin (the PNG stacks the shards); `items` names each item's shard;
+`breakdown` states the rule (actor i writes to shard i % S) and groups by shard
+and by actor (with the shard each actor's items are in) besides the usual;
+`watch` one line per refresh: totals and every shard's size. --shard=N reads
+shard N only. With one shard the output is what it always was.
 
 How fresh, and what it costs the program: `stats` and `watch` read the live
 server's table info only: no sampling, nothing the learner sees moves, as fresh
@@ -43,10 +56,17 @@ import time  # noqa: E402
 
 from absl import flags  # noqa: E402
 
-_SERVER = flags.DEFINE_string("server", None, "A live Reverb server, HOST:PORT.")
+_SERVER = flags.DEFINE_string(
+    "server",
+    None,
+    "A live Reverb server, HOST:PORT; several (the shards, in order): comma-separated.",
+)
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "A live program's run directory.")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "A Reverb checkpoint dir or root.")
 _TABLE = flags.DEFINE_string("table", None, "Table name (default: the only table).")
+_SHARD = flags.DEFINE_integer(
+    "shard", None, "Only this replay shard (0..S-1) of a sharded replay.", lower_bound=0
+)
 _JSON = flags.DEFINE_bool("json", False, "Print JSON instead of text.")
 _TIMEOUT = flags.DEFINE_integer("timeout", 10, "Seconds to wait for a live server.")
 _K = flags.DEFINE_integer("k", 10, "priorities: how many top and bottom items.")
@@ -73,16 +93,47 @@ class _Usage(Exception):
         self.code = code
 
 
-def _server() -> str | None:
+def _live_shards() -> list[tuple[str, str]] | None:
+    """[(shard name, HOST:PORT)] of the live source in shard order (one entry:
+    one server, as always), or None when no live source is given."""
+    from apex.replay.inspect import read_shard_addresses
+    from apex.replay.shards import shard_name
+
     if _SERVER.value:
-        return _SERVER.value
+        addresses = [a.strip() for a in _SERVER.value.split(",") if a.strip()]
+        if not addresses:
+            raise _Usage(f"--server={_SERVER.value!r} names no HOST:PORT")
+        return [(shard_name(i, len(addresses)), a) for i, a in enumerate(addresses)]
     if _RUN_DIR.value:
+        try:
+            shards = read_shard_addresses(_RUN_DIR.value)
+        except ValueError as err:
+            raise _Usage(str(err)) from None
+        if shards:
+            return shards
         path = os.path.join(_RUN_DIR.value, "replay_address")
         if not os.path.exists(path):
             raise _Usage(f"{path} does not exist (is the program running?)")
         with open(path) as f:
-            return f.read().strip()
+            return [("replay", f.read().strip())]
     return None
+
+
+def _select(shards: list, what: str, num_shards: int | None = None) -> tuple[list, int]:
+    """(the shards --shard keeps, how many the source has: `num_shards`, or
+    len(shards)). --shard=N is the shard named replay_N (the only one when the
+    replay is not sharded)."""
+    total = len(shards) if num_shards is None else num_shards
+    if _SHARD.value is None:
+        return shards, total
+    names = [name for name, _ in shards]
+    wanted = "replay" if names == ["replay"] and _SHARD.value == 0 else f"replay_{_SHARD.value}"
+    if wanted not in names:
+        raise _Usage(
+            f"--shard={_SHARD.value} is not a shard of {what}: it has "
+            + (f"{', '.join(names)} of {total} shards" if total > 1 else "one shard (0)")
+        )
+    return [shards[names.index(wanted)]], total
 
 
 def _probe(address: str) -> None:
@@ -114,33 +165,61 @@ def _client(address: str):
     return client
 
 
-def _checkpoint_path(command: str) -> str:
+def _resolve(path: str) -> tuple[list[tuple[str, str]], int]:
+    """The shards of a checkpoint directory ([(name, Reverb checkpoint dir)]) and
+    how many the replay had (its manifest's replay.num_shards, when it says)."""
     from apex.replay.checkpoint_reader import CheckpointError
-    from apex.replay.inspect import resolve_checkpoint, snapshot
+    from apex.replay.inspect import manifest_num_shards, resolve_shards
+
+    try:
+        shards = resolve_shards(path)
+    except CheckpointError as err:
+        raise _Usage(str(err)) from None
+    total = len(shards)
+    if shards[0][0] != "replay":  # replay_<s> directories: a sharded replay
+        total = max(total, 1 + max(int(name.rpartition("_")[2]) for name, _ in shards))
+    expected = manifest_num_shards(path)
+    if expected is not None and expected > 1 and expected != len(shards):
+        print(
+            f"[tools.replay] {path}: its manifest says replay.num_shards={expected} but it "
+            f"holds {len(shards)} shard director{'y' if len(shards) == 1 else 'ies'} "
+            f"({', '.join(n for n, _ in shards)}): reading those",
+            file=sys.stderr,
+        )
+        total = max(total, expected)
+    return shards, total
+
+
+def _checkpoint_shards(command: str) -> tuple[list[tuple[str, str]], int]:
+    """(the [(shard name, Reverb checkpoint dir)] to read, the source's shard count):
+    --checkpoint's, or fresh snapshots of the live servers."""
+    from apex.replay.inspect import snapshot
 
     if _CHECKPOINT.value:
-        try:
-            return resolve_checkpoint(_CHECKPOINT.value)
-        except CheckpointError as err:
-            raise _Usage(str(err)) from None
-    address = _server() if not _run_checkpoint_only() else None
-    if address is None and _RUN_DIR.value:
+        shards, total = _resolve(_CHECKPOINT.value)
+        return _select(shards, _CHECKPOINT.value, total)
+    live = _live_shards() if not _run_checkpoint_only() else None
+    if live is None and _RUN_DIR.value:
         return _run_checkpoint(command, _no_address())
-    if address is None:
+    if live is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
+    live, total = _select(live, "the replay")
     try:
-        client = _client(address)
+        clients = [(name, address, _client(address)) for name, address in live]
     except _Usage as err:
         if _RUN_DIR.value and err.code == 1:  # a stopped (or isolated) run: its checkpoint
             return _run_checkpoint(command, str(err))
         raise
-    t0 = time.time()
-    path = snapshot(client)
-    print(
-        f"[tools.replay {command}] snapshot of {address} written in {time.time() - t0:.2f} s: {path}",
-        file=sys.stderr,
-    )
-    return path
+    out = []
+    for name, address, client in clients:
+        t0 = time.time()
+        path = snapshot(client)
+        print(
+            f"[tools.replay {command}] snapshot of {address} written in {time.time() - t0:.2f} s: {path}",
+            file=sys.stderr,
+        )
+        out.append((name, path))
+    return out, total
 
 
 def _no_address() -> str:
@@ -148,14 +227,19 @@ def _no_address() -> str:
 
 
 def _run_checkpoint_only() -> bool:
-    return bool(_RUN_DIR.value) and not os.path.exists(
-        os.path.join(_RUN_DIR.value, "replay_address")
+    from apex.replay.shards import ADDRESSES_FILE
+
+    return bool(_RUN_DIR.value) and not any(
+        os.path.exists(os.path.join(_RUN_DIR.value, name))
+        for name in ("replay_address", ADDRESSES_FILE)
     )
 
 
-def _run_checkpoint(command: str, why: str) -> str:
-    """The replay of the run's newest complete whole-run checkpoint (RUN_DIR/checkpoints)."""
+def _run_checkpoint(command: str, why: str) -> tuple[list[tuple[str, str]], int]:
+    """The replay (every shard) of the run's newest complete whole-run checkpoint
+    (RUN_DIR/checkpoints)."""
     from apex.checkpointing import REPLAY_DIR, latest_complete
+    from apex.replay.inspect import shard_dirs
 
     latest = latest_complete(_RUN_DIR.value)
     if latest is None:
@@ -167,58 +251,97 @@ def _run_checkpoint(command: str, why: str) -> str:
         f"run's newest checkpoint {latest} (as of that checkpoint)",
         file=sys.stderr,
     )
-    return os.path.join(latest, REPLAY_DIR)
+    if shard_dirs(latest):  # a sharded replay: replay_0/, replay_1/, ...
+        shards, total = _resolve(latest)
+        return _select(shards, latest, total)
+    return _select([("replay", os.path.join(latest, REPLAY_DIR))], latest)
 
 
-def _table(path: str) -> str:
+def _table(shards: list[tuple[str, str]]) -> str:
     from apex.replay.checkpoint_reader import read_tables
 
+    path = shards[0][1]
     names = sorted(read_tables(path))
     if not names:
         raise _Usage(f"the checkpoint {path} holds no tables")
     if _TABLE.value:
         if _TABLE.value not in names:
             raise _Usage(f"--table={_TABLE.value!r} is not in the checkpoint; tables: {names}")
-        return _TABLE.value
-    if len(names) != 1:
+        table = _TABLE.value
+    elif len(names) != 1:
         raise _Usage(f"the checkpoint has tables {names}: choose one with --table")
-    return names[0]
+    else:
+        table = names[0]
+    for name, other in shards[1:]:
+        if table not in read_tables(other):
+            raise _Usage(f"shard {name}'s checkpoint {other} has no table {table!r}")
+    return table
 
 
-def _stats(command: str = "stats") -> tuple[list, bool]:
-    """(the tables' stats, whether they are live). A --run_dir whose server is
-    gone (a stopped run) falls back to the run's newest checkpoint, as the
-    other verbs do."""
+def _stats(command: str = "stats") -> tuple[list[dict], bool, int]:
+    """(per shard: {shard, address | checkpoint, tables: its table stats}, whether
+    they are live, the source's shard count). A --run_dir whose server is gone
+    (a stopped run) falls back to the run's newest checkpoint, as the other
+    verbs do."""
     from apex.replay.inspect import checkpoint_stats, table_stats
 
-    def from_checkpoint(path: str) -> tuple[list, bool]:
-        stats = checkpoint_stats(path)
-        if not stats:
-            raise _Usage(f"the checkpoint {path} holds no tables")
-        return stats, False
+    def from_checkpoint(found: tuple[list[tuple[str, str]], int]) -> tuple[list[dict], bool, int]:
+        shards, total = found
+        out = []
+        for name, path in shards:
+            stats = checkpoint_stats(path)
+            if not stats:
+                raise _Usage(f"the checkpoint {path} holds no tables")
+            out.append({"shard": name, "checkpoint": path, "tables": stats})
+        return out, False, total
 
     if _CHECKPOINT.value:
-        return from_checkpoint(_checkpoint_path(command))
+        return from_checkpoint(_checkpoint_shards(command))
     if _run_checkpoint_only():
         return from_checkpoint(_run_checkpoint(command, _no_address()))
-    address = _server()
-    if address is None:
+    live = _live_shards()
+    if live is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
+    live, total = _select(live, "the replay")
     try:
-        client = _client(address)
+        clients = [(name, address, _client(address)) for name, address in live]
     except _Usage as err:
         if _RUN_DIR.value and err.code == 1:  # a stopped run: its newest checkpoint
             return from_checkpoint(_run_checkpoint(command, str(err)))
         raise
-    return table_stats(client, timeout=_TIMEOUT.value), True
+    return (
+        [
+            {"shard": name, "address": address, "tables": table_stats(c, timeout=_TIMEOUT.value)}
+            for name, address, c in clients
+        ],
+        True,
+        total,
+    )
+
+
+def _shard_header(table: str, shards: list[tuple[str, str]], total: int, rule: bool = True) -> str:
+    """'table T, S shards' (the actor -> shard rule if `rule`) and where each
+    shard's checkpoint is."""
+    from apex.replay.shards import shard_rule
+
+    of = f"{len(shards)} of {total} shards" if len(shards) != total else f"{total} shards"
+    of += f" ({shard_rule(total)})" if rule else ""
+    return f"table {table}, {of}:\n" + "\n".join(f"  {name}: {path}" for name, path in shards)
 
 
 def run(command: str) -> int:
     from apex.replay import inspect
 
     if command == "stats":
-        stats, _ = _stats()
-        print(json.dumps(stats, indent=2) if _JSON.value else inspect.format_stats(stats))
+        shards, _, total = _stats()
+        if total == 1:  # one shard: exactly as always
+            stats = shards[0]["tables"]
+            print(json.dumps(stats, indent=2) if _JSON.value else inspect.format_stats(stats))
+        elif _JSON.value:
+            totals = inspect.total_stats([sh["tables"] for sh in shards])
+            print(json.dumps({"num_shards": total, "shards": shards, "total": totals}, indent=2))
+        else:
+            print(inspect.format_shard_stats(shards, num_shards=total))
     elif command == "watch":
         if _CHECKPOINT.value:
             raise _Usage("watch needs a live source (--run_dir or --server)")
@@ -226,33 +349,59 @@ def run(command: str) -> int:
         while _COUNT.value == 0 or i < _COUNT.value:
             if i:
                 time.sleep(_INTERVAL.value)
-            stats, live = _stats("watch")
+            shards, live, total = _stats("watch")
             stamp = time.strftime("%H:%M:%S")
-            print(json.dumps({"time": stamp, "tables": stats}) if _JSON.value else f"--- {stamp}")
-            if not _JSON.value:
-                print(inspect.format_stats(stats, signature=False), flush=True)
+            if total == 1:
+                stats = shards[0]["tables"]
+                print(
+                    json.dumps({"time": stamp, "tables": stats}) if _JSON.value else f"--- {stamp}"
+                )
+                if not _JSON.value:
+                    print(inspect.format_stats(stats, signature=False), flush=True)
+            elif _JSON.value:
+                totals = inspect.total_stats([sh["tables"] for sh in shards])
+                line = {"time": stamp, "shards": shards, "total": totals}
+                print(json.dumps(line, default=str), flush=True)
+            else:
+                print(
+                    f"--- {stamp} " + inspect.format_shard_sizes(shards, num_shards=total),
+                    flush=True,
+                )
             if not live:  # a stopped run's checkpoint does not change: once is enough
                 print("[tools.replay watch] the run has stopped: nothing to watch", file=sys.stderr)
                 break
             i += 1
     else:
-        path = _checkpoint_path(command)
-        table = _table(path)
+        shards, total = _checkpoint_shards(command)
+        table = _table(shards)
+        path = shards[0][1]
+        sharded = total > 1
         if command == "priorities":
-            summary = inspect.priority_summary(
-                inspect.item_table(path, table, provenance=False), _K.value, _BINS.value
-            )
-            summary["table"], summary["checkpoint"] = table, path
+            if sharded:
+                cols = inspect.pooled_item_table(shards, table, provenance=False)
+                names = [name for name, _ in shards]
+                summary = inspect.priority_summary(cols, _K.value, _BINS.value, shards=names)
+                summary["table"], summary["checkpoints"] = table, dict(shards)
+                summary["num_shards"] = total
+            else:
+                summary = inspect.priority_summary(
+                    inspect.item_table(path, table, provenance=False), _K.value, _BINS.value
+                )
+                summary["table"], summary["checkpoint"] = table, path
             if _PNG.value:
                 summary["png"] = inspect.save_histogram_png(summary, _PNG.value, table)
             if _JSON.value:
                 print(json.dumps(summary, indent=2))
             else:
-                print(f"table {table} ({path})\n" + inspect.format_priorities(summary))
+                head = _shard_header(table, shards, total) if sharded else f"table {table} ({path})"
+                print(head + "\n" + inspect.format_priorities(summary))
                 if _PNG.value:
                     print(f"histogram: {summary['png']}")
         elif command == "items":
-            items = inspect.select_items(path, table, _N.value, _ORDER.value)
+            if sharded:
+                items = inspect.select_shard_items(shards, table, _N.value, _ORDER.value)
+            else:
+                items = inspect.select_items(path, table, _N.value, _ORDER.value)
             out = _OUT.value
             if out and out.endswith(".npz"):
                 print(inspect.save_items_npz(items, out))
@@ -271,12 +420,16 @@ def run(command: str) -> int:
                 raise _Usage(
                     f"--bands={','.join(_BANDS.value)} is invalid: expected numbers, e.g. --bands=0.01,0.1"
                 ) from None
-            b = inspect.breakdown(inspect.item_table(path, table), bands, _VERSION_BINS.value)
-            print(
-                json.dumps(b, indent=2)
-                if _JSON.value
-                else f"table {table} ({path})\n" + inspect.format_breakdown(b)
-            )
+            if sharded:
+                b = inspect.breakdown(
+                    inspect.pooled_item_table(shards, table), bands, _VERSION_BINS.value, total
+                )
+                text = _shard_header(table, shards, total, rule=False) + "\n"
+                text += inspect.format_breakdown(b, total)
+            else:
+                b = inspect.breakdown(inspect.item_table(path, table), bands, _VERSION_BINS.value)
+                text = f"table {table} ({path})\n" + inspect.format_breakdown(b)
+            print(json.dumps(b, indent=2) if _JSON.value else text)
     return 0
 
 

@@ -6,6 +6,12 @@ counters; then the doctor's findings (a learner waiting for samples, an actor
 blocked on an insert, a silent node) with the replay's rate-limiter numbers,
 read from the live server named in RUN_DIR/replay_address without sampling.
 
+A sharded replay (replay.num_shards = S > 1: RUN_DIR/replay_addresses lists
+the shards): each shard's address, size and rate-limiter state (and its
+node's heartbeat, if it has one), then the totals; the doctor reads an
+actor's numbers from the shard it writes to (actor i: shard i % S) and names
+every shard for a waiting learner (apex.doctor).
+
 --stacks sends SIGUSR1 to every live node process: each appends all its
 threads' stacks to RUN_DIR/stacks/<node>-<pid>.txt; the tool prints where.
 """
@@ -61,8 +67,39 @@ def _replay_table(run_dir: str) -> dict | None:
     return stats[0] if stats else None
 
 
+def _replay_shards(run_dir: str) -> list[dict] | None:
+    """Each shard of a sharded replay ({shard, address, table: its table stats or
+    None when unreachable}), or None when the run has one shard (no
+    RUN_DIR/replay_addresses, or one line in it)."""
+    from apex.replay.inspect import read_shard_addresses
+
+    try:
+        shards = read_shard_addresses(run_dir)
+    except (OSError, ValueError):
+        return None
+    if not shards or len(shards) == 1:
+        return None
+    import reverb
+
+    from apex.replay.inspect import table_stats
+
+    out = []
+    for name, address in shards:
+        try:
+            stats = table_stats(reverb.Client(address), timeout=2)
+        except Exception:  # noqa: BLE001 - a stopped shard: reported as unreachable
+            stats = None
+        out.append({"shard": name, "address": address, "table": stats[0] if stats else None})
+    return out
+
+
 def status(run_dir: str, stall_seconds: float | None = None) -> dict:
-    """Heartbeats, liveness, replay table stats and doctor findings of RUN_DIR."""
+    """Heartbeats, liveness, replay table stats and doctor findings of RUN_DIR.
+
+    With a sharded replay, `replay` holds the totals over the shards
+    (apex.replay.inspect.total_stats, None when no shard is reachable) and
+    `replay_shards` each shard (shard, address, table, heartbeat).
+    """
     from apex.doctor import diagnose
     from apex.heartbeat import read_heartbeats
     from apex.run_dir import run_setting
@@ -71,18 +108,38 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
         stall_seconds = float(run_setting(run_dir, "logging.stall_seconds"))
     beats = read_heartbeats(run_dir)
     now = time.time()
-    table = _replay_table(run_dir)
+    shards = _replay_shards(run_dir)
+    table = _replay_table(run_dir) if shards is None else None
     nodes = {}
     for name, b in beats.items():
         nodes[name] = {**b, "alive": _alive(b, now), "age_seconds": now - b["time"]}
-    findings = diagnose(beats, table, stall_seconds, now)
-    return {
+    if shards is None:
+        findings = [f.__dict__ for f in diagnose(beats, table, stall_seconds, now)]
+    else:
+        from apex.replay.inspect import total_stats
+
+        shard_tables = {sh["shard"]: sh["table"] for sh in shards}
+        found = diagnose(beats, None, stall_seconds, now, shard_tables=shard_tables)
+        findings = [f.__dict__ for f in found]
+        totals = total_stats([[sh["table"]] if sh["table"] else None for sh in shards])
+        table = totals[0] if totals else None
+        for sh in shards:
+            n = nodes.get(sh["shard"])
+            sh["heartbeat"] = (
+                None
+                if n is None
+                else {"alive": n["alive"], "age_seconds": n["age_seconds"], "state": n["state"]}
+            )
+    out = {
         "run_dir": run_dir,
         "time": now,
         "nodes": nodes,
         "replay": table,
-        "findings": [f.__dict__ for f in findings],
+        "findings": findings,
     }
+    if shards is not None:
+        out["replay_shards"] = shards
+    return out
 
 
 def format_status(s: dict) -> str:
@@ -110,7 +167,27 @@ def format_status(s: dict) -> str:
         )
     if not s["nodes"]:
         lines.append("(no heartbeats in RUN_DIR/heartbeats: not an apex run, or not started)")
-    if s["replay"] is not None:
+    if s.get("replay_shards"):
+        from apex.replay.inspect import format_shard_stats
+        from apex.replay.shards import shard_rule
+
+        shards = s["replay_shards"]
+        lines.append(f"replay: {len(shards)} shards ({shard_rule(len(shards))})")
+        rows = []
+        for sh in shards:
+            beat = sh.get("heartbeat")
+            note = (
+                None
+                if beat is None
+                else f"heartbeat {beat['age_seconds']:.1f} s ago, "
+                f"{'alive' if beat['alive'] else 'not alive'}, {beat['state']}"
+            )
+            tables = None if sh["table"] is None else [sh["table"]]
+            rows.append(
+                {"shard": sh["shard"], "address": sh["address"], "tables": tables, "note": note}
+            )
+        lines.append(format_shard_stats(rows, signature=False, num_shards=len(shards)))
+    elif s["replay"] is not None:
         from apex.replay.inspect import format_stats
 
         lines.append(format_stats([s["replay"]], signature=False))

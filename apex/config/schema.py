@@ -94,6 +94,12 @@ class ReplayConfig:
     """Run the Reverb server in the learner's process (no gRPC on sampling)."""
     port: int | None = None
     """Fixed Reverb port (None: a free one is picked)."""
+    num_shards: int = 1
+    """Reverb servers the replay is split into (apex.replay.shards): shard s holds
+    capacity / num_shards items with its own rate limiter (min_size and
+    error_buffer split the same way; samples_per_insert is per shard too) and
+    its own checkpoint; actor i writes to shard i % num_shards; the learner
+    samples whole batches from every shard. 1: one server, as always."""
 
 
 @dataclasses.dataclass

@@ -55,6 +55,7 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("replay.samples_per_insert", "num>0", False),
     ("replay.priority_exponent", "num in [0,1]", False),
     ("replay.n_step", "int>=1", False),
+    ("replay.num_shards", "int>=1", False),
     ("replay.discount", "num in [0,1]", False),
     ("replay.constant_priority", "num>0", False),
     ("replay.priority_epsilon", "num>0", False),

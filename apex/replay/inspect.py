@@ -10,6 +10,14 @@ Two sources, never sampling:
   at the moment of the call (`snapshot`; the table is locked while it is
   written, nothing is sampled).
 
+Sharded replay (`replay.num_shards` = S > 1, apex.replay.shards): every view
+also exists over several shards, per shard and in total: `total_stats` /
+`format_shard_stats` for the stats, and `pooled_item_table` (every shard's
+items with a `shard` column) for `priority_summary` and `breakdown`, which then
+add per-shard figures; `select_shard_items` picks items over all shards.
+`read_shard_addresses` reads RUN_DIR/replay_addresses, `resolve_shards` a
+checkpoint directory's shard directories (`replay_0/`, `replay_1/`, ...).
+
 Example:
     >>> stats = table_stats(reverb.Client("localhost:1234"))
     >>> print(format_stats(stats))
@@ -19,11 +27,15 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from typing import Any
 
 import numpy as np
 import reverb
+
+from apex.replay.shards import ADDRESSES_FILE, shard_rule
 
 
 def table_stats(client: reverb.Client, timeout: int | None = 10) -> list[dict[str, Any]]:
@@ -114,6 +126,168 @@ def format_stats(stats: list[dict[str, Any]], signature: bool = True) -> str:
         )
         if signature and t["signature"]:
             lines.append(f"  signature: {t['signature']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- shards
+#
+# A sharded replay (apex.replay.shards) is S Reverb servers: actor i writes to
+# shard i % S, each shard has its own table (capacity / S) and rate limiter.
+# The views below show each shard and the sum over them.
+
+_SHARD_DIR = re.compile(r"^replay_(\d+)$")
+
+
+def read_shard_addresses(run_dir: str) -> list[tuple[str, str]] | None:
+    """The shards of a live run: [(shard name, HOST:PORT)] in shard order from
+    RUN_DIR/replay_addresses (one `<shard_name> <HOST:PORT>` per line), or None
+    when the run has no such file (one shard: RUN_DIR/replay_address).
+
+    Raises:
+        ValueError: a line is not `<shard_name> <HOST:PORT>`.
+    """
+    path = os.path.join(run_dir, ADDRESSES_FILE)
+    if not os.path.exists(path):
+        return None
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 2:
+                raise ValueError(
+                    f"{path} line {n}: expected '<shard_name> <HOST:PORT>', got {line.strip()!r}"
+                )
+            out.append((parts[0], parts[1]))
+    return out
+
+
+def manifest_num_shards(path: str) -> int | None:
+    """replay.num_shards of the run checkpoint at `path` (its manifest.json's
+    config; 1 when the config predates shards), or None without a readable manifest."""
+    from apex.checkpointing import MANIFEST_FILE, checkpoint_num_shards
+
+    try:
+        with open(os.path.join(path, MANIFEST_FILE)) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return checkpoint_num_shards(manifest) if isinstance(manifest, dict) else None
+
+
+def shard_dirs(path: str) -> list[str]:
+    """The shard directories (`replay_0`, `replay_1`, ...) in `path`, in shard order."""
+    if not os.path.isdir(path):
+        return []
+    found = []
+    for name in os.listdir(path):
+        m = _SHARD_DIR.match(name)
+        if m and os.path.isdir(os.path.join(path, name)):
+            found.append((int(m.group(1)), name))
+    return [name for _, name in sorted(found)]
+
+
+def resolve_shards(path: str) -> list[tuple[str, str]]:
+    """[(shard name, complete Reverb checkpoint directory)] of `path`: the shard
+    directories `replay_0/`, `replay_1/`, ... it holds (a run checkpoint of a
+    sharded replay, or the run's replay_checkpoints/ root; each a checkpoint or
+    a checkpointer root: its newest complete checkpoint), in shard order; else
+    [("replay", resolve_checkpoint(path))], one shard, exactly as before."""
+    names = shard_dirs(path)
+    if not names:
+        return [("replay", resolve_checkpoint(path))]
+    return [(name, resolve_checkpoint(os.path.join(path, name))) for name in names]
+
+
+def total_stats(per_shard: list[list[dict[str, Any]] | None]) -> list[dict[str, Any]]:
+    """Per table, the sums over the shards' table stats (`None`: a shard that
+    could not be read, left out): size, capacity, inserts, samples, deletes,
+    unique samples, the achieved samples per insert, and on how many shards
+    the rate limiter lets an insert / a sample through."""
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for stats in per_shard:
+        for t in stats or []:
+            by_table.setdefault(t["table"], []).append(t)
+    out = []
+    for name, ts in sorted(by_table.items()):
+        inserts = sum(t["inserts"] for t in ts)
+        samples = sum(t["samples"] for t in ts)
+        deletes = [t["deletes"] for t in ts]
+        out.append(
+            {
+                "table": name,
+                "shards": len(ts),
+                "size": sum(t["size"] for t in ts),
+                "capacity": sum(t["capacity"] for t in ts),
+                "inserts": inserts,
+                "samples": samples,
+                "deletes": None if None in deletes else sum(deletes),
+                "unique_samples": sum(t["unique_samples"] for t in ts),
+                "samples_per_insert": samples / inserts if inserts else 0.0,
+                "target_samples_per_insert": ts[0]["rate_limiter"]["samples_per_insert"],
+                "min_size_to_sample": sum(t["rate_limiter"]["min_size_to_sample"] for t in ts),
+                "can_insert_shards": sum(bool(t["rate_limiter"]["can_insert"]) for t in ts),
+                "can_sample_shards": sum(bool(t["rate_limiter"]["can_sample"]) for t in ts),
+            }
+        )
+    return out
+
+
+def format_total(t: dict[str, Any], num_shards: int | None = None) -> str:
+    """One line: a table's totals over the shards (`total_stats`); `num_shards`:
+    how many shards the replay has, when more than were read."""
+    of = t["shards"] if num_shards is None else num_shards
+    return (
+        f"total over {t['shards']}/{of} shards: table {t['table']}: {t['size']:,}/{t['capacity']:,} "
+        f"items | inserts {t['inserts']:,} | samples {t['samples']:,} | samples/insert "
+        f"{t['samples_per_insert']:.2f} (target {t['target_samples_per_insert']:g}) | unique "
+        f"sampled {t['unique_samples']:,} | can_insert on {t['can_insert_shards']}/{t['shards']} "
+        f"shards | can_sample on {t['can_sample_shards']}/{t['shards']} shards"
+    )
+
+
+def format_shard_stats(
+    shards: list[dict[str, Any]], signature: bool = True, num_shards: int | None = None
+) -> str:
+    """Each shard's stats, then the totals. `shards`: dicts with `shard` (name),
+    `tables` (table_stats, or None: not reachable), and optionally `address` or
+    `checkpoint` (where it was read) and `note` (added to its header)."""
+    lines = []
+    for sh in shards:
+        head = f"shard {sh['shard']}"
+        if sh.get("address"):
+            head += f" at {sh['address']}"
+        elif sh.get("checkpoint"):
+            head += f" from {sh['checkpoint']}"
+        if sh.get("note"):
+            head += f" ({sh['note']})"
+        if sh.get("tables") is None:
+            lines.append(f"{head}: not reachable")
+            continue
+        lines.append(head)
+        lines += ["  " + line for line in format_stats(sh["tables"], signature=False).splitlines()]
+    totals = total_stats([sh.get("tables") for sh in shards])
+    lines += [format_total(t, num_shards) for t in totals]
+    if signature:
+        sigs = {t["table"]: t["signature"] for sh in shards for t in sh.get("tables") or []}
+        lines += [f"signature of {name}: {sig}" for name, sig in sigs.items() if sig]
+    return "\n".join(lines)
+
+
+def format_shard_sizes(shards: list[dict[str, Any]], num_shards: int | None = None) -> str:
+    """One line per table: the totals and every shard's size (tools.replay watch)."""
+    lines = []
+    for t in total_stats([sh.get("tables") for sh in shards]):
+        sizes = []
+        for sh in shards:
+            mine = [x for x in sh.get("tables") or [] if x["table"] == t["table"]]
+            sizes.append(
+                f"{sh['shard']} {mine[0]['size']:,}/{mine[0]['capacity']:,}"
+                if mine
+                else f"{sh['shard']} unreachable"
+            )
+        lines.append(f"{format_total(t, num_shards)} | sizes: {', '.join(sizes)}")
     return "\n".join(lines)
 
 
@@ -219,11 +393,49 @@ def item_table(path: str, table: str, provenance: bool = True) -> dict[str, np.n
     return out
 
 
-def priority_summary(cols: dict[str, np.ndarray], k: int = 10, bins: int = 20) -> dict[str, Any]:
-    """Histogram (log-spaced bins when priorities span > 10x) and the top/bottom k items."""
+def pooled_item_table(
+    shards: list[tuple[str, str]], table: str, provenance: bool = True
+) -> dict[str, np.ndarray]:
+    """`item_table` of every shard ([(shard name, checkpoint dir)]) concatenated
+    in shard order, with a `shard` column (the shard's name). Ages are each
+    shard's own (at its checkpoint); columns are those every non-empty shard has."""
+    parts = [(name, item_table(path, table, provenance)) for name, path in shards]
+    filled = [cols for _, cols in parts if len(cols["key"])]
+    if not filled:
+        out = dict(parts[0][1])
+    else:
+        keys = [k for k in filled[0] if all(k in cols for cols in filled)]
+        out = {k: np.concatenate([cols[k] for cols in filled]) for k in keys}
+    out["shard"] = np.asarray(
+        [name for name, cols in parts for _ in range(len(cols["key"]))], dtype=str
+    )
+    return out
+
+
+def priority_summary(
+    cols: dict[str, np.ndarray], k: int = 10, bins: int = 20, shards: list[str] | None = None
+) -> dict[str, Any]:
+    """Histogram (log-spaced bins when priorities span > 10x) and the top/bottom k items.
+
+    With a `shard` column (`pooled_item_table`) the histogram and the top/bottom
+    items are over all shards (each item names its shard), and `shards` holds
+    each shard's count, sum, mean, min, max and counts in the same bins
+    (`shards`: the names to list, empty ones too; default: those with items).
+    """
     p = cols["priority"]
+    names = None
+    if "shard" in cols:
+        names = list(shards) if shards is not None else list(dict.fromkeys(cols["shard"].tolist()))
     if len(p) == 0:
-        return {"count": 0, "histogram": {"edges": [], "counts": []}, "top": [], "bottom": []}
+        out: dict[str, Any] = {
+            "count": 0,
+            "histogram": {"edges": [], "counts": []},
+            "top": [],
+            "bottom": [],
+        }
+        if names is not None:
+            out["shards"] = [{"shard": name, "count": 0, "counts": []} for name in names]
+        return out
     lo, hi = float(p.min()), float(p.max())
     if lo > 0 and hi / lo > 10:
         edges = np.geomspace(lo, hi, bins + 1)
@@ -233,17 +445,20 @@ def priority_summary(cols: dict[str, np.ndarray], k: int = 10, bins: int = 20) -
     order = np.argsort(p, kind="stable")
 
     def rows(idx: np.ndarray) -> list[dict[str, Any]]:
-        return [
-            {
+        out = []
+        for i in idx:
+            row = {
                 "key": int(cols["key"][i]),
                 "priority": float(p[i]),
                 "times_sampled": int(cols["times_sampled"][i]),
                 "age_seconds": float(cols["age_seconds"][i]),
             }
-            for i in idx
-        ]
+            if names is not None:
+                row["shard"] = str(cols["shard"][i])
+            out.append(row)
+        return out
 
-    return {
+    summary = {
         "count": int(len(p)),
         "sum": float(p.sum()),
         "mean": float(p.mean()),
@@ -253,31 +468,63 @@ def priority_summary(cols: dict[str, np.ndarray], k: int = 10, bins: int = 20) -
         "top": rows(order[::-1][:k]),
         "bottom": rows(order[:k]),
     }
+    if names is not None:
+        per = []
+        for name in names:
+            q = p[cols["shard"] == name]
+            row: dict[str, Any] = {"shard": name, "count": int(len(q))}
+            if len(q):
+                row.update(
+                    sum=float(q.sum()), mean=float(q.mean()), min=float(q.min()), max=float(q.max())
+                )
+            row["counts"] = np.histogram(q, edges)[0].tolist()
+            per.append(row)
+        summary["shards"] = per
+    return summary
 
 
 def format_priorities(s: dict[str, Any], width: int = 40) -> str:
-    """The histogram as text bars, then the top and bottom items."""
+    """The histogram as text bars, then the top and bottom items (with shards:
+    each shard's figures and bin counts too, and each item's shard)."""
+    shards = s.get("shards")
     if not s["count"]:
+        if shards:
+            return "no items (" + ", ".join(f"{r['shard']}: 0" for r in shards) + ")"
         return "no items"
     lines = [
         f"{s['count']:,} items; priority min {s['min']:.4g}, mean {s['mean']:.4g}, "
         f"max {s['max']:.4g}, sum {s['sum']:.4g}"
     ]
+    for r in shards or []:
+        lines.append(
+            f"  {r['shard']}: {r['count']:,} items; priority min {r['min']:.4g}, mean "
+            f"{r['mean']:.4g}, max {r['max']:.4g}, sum {r['sum']:.4g}"
+            if r["count"]
+            else f"  {r['shard']}: no items"
+        )
     edges, counts = s["histogram"]["edges"], s["histogram"]["counts"]
     top = max(counts) or 1
-    for a, b, c in zip(edges[:-1], edges[1:], counts):
-        lines.append(f"  [{a:10.4g}, {b:10.4g}) {c:>9,} {'#' * round(width * c / top)}")
+    if shards:
+        lines.append(f"  {'bin':<24} {'all':>9}" + "".join(f" {r['shard']:>10}" for r in shards))
+    for j, (a, b, c) in enumerate(zip(edges[:-1], edges[1:], counts)):
+        per = "".join(f" {r['counts'][j]:>10,}" for r in shards or [])
+        lines.append(f"  [{a:10.4g}, {b:10.4g}) {c:>9,}{per} {'#' * round(width * c / top)}")
     for name in ("top", "bottom"):
-        lines.append(f"{name} {len(s[name])}:  key  priority  times_sampled  age_s")
+        lines.append(
+            f"{name} {len(s[name])}:  key  priority  times_sampled  age_s"
+            + ("  shard" if shards is not None else "")
+        )
         lines += [
             f"  {r['key']:>20}  {r['priority']:.4g}  {r['times_sampled']}  {r['age_seconds']:.1f}"
+            + (f"  {r['shard']}" if "shard" in r else "")
             for r in s[name]
         ]
     return "\n".join(lines)
 
 
 def save_histogram_png(s: dict[str, Any], path: str, title: str = "priorities") -> str:
-    """Writes the priority histogram as a PNG; returns the path."""
+    """Writes the priority histogram as a PNG; returns the path. With shards the
+    bars are stacked by shard (their total is the pooled histogram)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -286,12 +533,30 @@ def save_histogram_png(s: dict[str, Any], path: str, title: str = "priorities") 
     edges = np.asarray(s["histogram"]["edges"])
     counts = np.asarray(s["histogram"]["counts"])
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", edgecolor="black")
+    shards = [r for r in s.get("shards") or [] if r["count"]]
+    if shards and len(edges) > 1:
+        bottom = np.zeros(len(counts))
+        for r in shards:
+            c = np.asarray(r["counts"])
+            ax.bar(
+                edges[:-1],
+                c,
+                width=np.diff(edges),
+                bottom=bottom,
+                align="edge",
+                edgecolor="black",
+                label=f"{r['shard']} ({r['count']:,})",
+            )
+            bottom += c
+        ax.legend()
+    else:
+        ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", edgecolor="black")
     if len(edges) > 1 and edges[0] > 0 and edges[-1] / edges[0] > 10:
         ax.set_xscale("log")
     ax.set_xlabel("priority")
     ax.set_ylabel("items")
-    ax.set_title(f"{title}: {s['count']:,} items")
+    suffix = f" in {len(s['shards'])} shards" if s.get("shards") else ""
+    ax.set_title(f"{title}: {s['count']:,} items{suffix}")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -299,11 +564,20 @@ def save_histogram_png(s: dict[str, Any], path: str, title: str = "priorities") 
 
 
 def breakdown(
-    cols: dict[str, np.ndarray], band_edges: tuple[float, ...] = (0.01, 0.1), version_bins: int = 5
+    cols: dict[str, np.ndarray],
+    band_edges: tuple[float, ...] = (0.01, 0.1),
+    version_bins: int = 5,
+    num_shards: int | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Count, share, mean priority, priority share, mean age and mean times sampled of
     the items grouped by actor, by epsilon band and by parameter version (in
-    `version_bins` equal ranges)."""
+    `version_bins` equal ranges).
+
+    With a `shard` column (`pooled_item_table`) also by shard, the same over
+    all items (`total`, one row), and each actor row says which shards its
+    items are in (`shards`) and, given `num_shards`, the one it writes to
+    (`expected_shard`: apex.replay.shards.shard_of_actor).
+    """
     from apex.exploration import band_labels, epsilon_bands
 
     out: dict[str, list[dict[str, Any]]] = {}
@@ -311,26 +585,37 @@ def breakdown(
     if n == 0:
         return out
     total_p = float(cols["priority"].sum()) or 1.0
+    sharded = "shard" in cols
 
     def group(labels: np.ndarray, names: dict[Any, str]) -> list[dict[str, Any]]:
         rows = []
         for value in np.unique(labels):
             m = labels == value
-            rows.append(
-                {
-                    "group": names.get(value, str(value)),
-                    "count": int(m.sum()),
-                    "share": float(m.sum() / n),
-                    "mean_priority": float(cols["priority"][m].mean()),
-                    "priority_share": float(cols["priority"][m].sum() / total_p),
-                    "mean_age_seconds": float(cols["age_seconds"][m].mean()),
-                    "mean_times_sampled": float(cols["times_sampled"][m].mean()),
-                }
-            )
+            row = {
+                "group": names.get(value, str(value)),
+                "count": int(m.sum()),
+                "share": float(m.sum() / n),
+                "mean_priority": float(cols["priority"][m].mean()),
+                "priority_share": float(cols["priority"][m].sum() / total_p),
+                "mean_age_seconds": float(cols["age_seconds"][m].mean()),
+                "mean_times_sampled": float(cols["times_sampled"][m].mean()),
+            }
+            rows.append(row)
         return rows
 
+    if sharded:
+        out["shard"] = group(cols["shard"], {})
     if "actor" in cols:
         out["actor"] = group(cols["actor"], {a: f"actor {a}" for a in np.unique(cols["actor"])})
+        if sharded:
+            from apex.replay.shards import shard_name, shard_of_actor
+
+            for a, row in zip(np.unique(cols["actor"]), out["actor"]):
+                row["shards"] = sorted(set(cols["shard"][cols["actor"] == a].tolist()))
+                if num_shards:
+                    row["expected_shard"] = shard_name(
+                        shard_of_actor(int(a), num_shards), num_shards
+                    )
     if "epsilon" in cols:
         labels = band_labels(band_edges)
         bands = epsilon_bands(cols["epsilon"], band_edges)
@@ -342,24 +627,48 @@ def breakdown(
         idx = np.clip(np.searchsorted(edges, v, side="right") - 1, 0, len(edges) - 2)
         names = {i: f"versions {edges[i]}-{edges[i + 1] - 1}" for i in range(len(edges) - 1)}
         out["version"] = group(idx, names)
+    if sharded:
+        out["total"] = group(np.zeros(n, np.int64), {0: "total"})
     return out
 
 
-def format_breakdown(b: dict[str, list[dict[str, Any]]]) -> str:
+def format_breakdown(b: dict[str, list[dict[str, Any]]], num_shards: int | None = None) -> str:
+    """The breakdown as text tables; with shards (`num_shards` > 1) it first
+    states the actor -> shard rule, and the actor rows name their shard (`!`:
+    not the one the rule gives)."""
     lines = []
-    for by, rows in b.items():
-        lines.append(f"by {by}:")
-        lines.append(
-            f"  {'group':<22} {'items':>9} {'share':>6} {'mean prio':>10} {'prio share':>10} "
-            f"{'mean age s':>10} {'sampled':>8}"
+    if num_shards and num_shards > 1:
+        lines.append(f"{num_shards} shards: {shard_rule(num_shards)}")
+    header = (
+        f"  {'group':<22} {'items':>9} {'share':>6} {'mean prio':>10} {'prio share':>10} "
+        f"{'mean age s':>10} {'sampled':>8}"
+    )
+
+    def row(r: dict[str, Any]) -> str:
+        line = (
+            f"  {r['group']:<22} {r['count']:>9,} {r['share']:>6.1%} {r['mean_priority']:>10.4g} "
+            f"{r['priority_share']:>10.1%} {r['mean_age_seconds']:>10.1f} "
+            f"{r['mean_times_sampled']:>8.2f}"
         )
-        for r in rows:
-            lines.append(
-                f"  {r['group']:<22} {r['count']:>9,} {r['share']:>6.1%} {r['mean_priority']:>10.4g} "
-                f"{r['priority_share']:>10.1%} {r['mean_age_seconds']:>10.1f} "
-                f"{r['mean_times_sampled']:>8.2f}"
-            )
-    return "\n".join(lines) if lines else "no items"
+        if "shards" in r:
+            where = ",".join(r["shards"])
+            expected = r.get("expected_shard")
+            bad = expected is not None and r["shards"] != [expected]
+            line += f"  {where}" + (f" (! expected {expected})" if bad else "")
+        return line
+
+    for by, rows in b.items():
+        if by == "total":
+            continue
+        lines.append(f"by {by}:")
+        sharded = any("shards" in r for r in rows)
+        lines.append(header + ("  shard" if sharded else ""))
+        lines += [row(r) for r in rows]
+        if by == "shard" and "total" in b:
+            lines += [row(r) for r in b["total"]]
+    if not any(k != "total" for k in b):
+        return "\n".join(lines + ["no items"])
+    return "\n".join(lines)
 
 
 def select_items(path: str, table: str, n: int, order: str = "newest") -> list[dict[str, Any]]:
@@ -367,28 +676,52 @@ def select_items(path: str, table: str, n: int, order: str = "newest") -> list[d
 
     order: newest, oldest, top (highest priority), bottom, or random (seeded).
     """
-    from apex.replay.checkpoint_reader import iter_items
-    from apex.replay.tables import unpack_item
-
-    valid = ("newest", "oldest", "top", "bottom", "random")
-    if order not in valid:
-        raise ValueError(f"order={order!r} is invalid: expected one of {list(valid)}")
-    when = checkpoint_time(path)
+    _check_order(order)
     if order == "oldest":
         chosen = None
     else:
         cols = item_table(path, table, provenance=False)
-        p = cols["priority"]
-        if order == "newest":
-            idx = np.arange(len(p))[-n:][::-1]
-        elif order == "top":
-            idx = np.argsort(-p, kind="stable")[:n]
-        elif order == "bottom":
-            idx = np.argsort(p, kind="stable")[:n]
-        else:
-            idx = np.random.default_rng(0).choice(len(p), size=min(n, len(p)), replace=False)
+        idx = _pick(cols, n, order, by_position=True)
         chosen = {int(cols["key"][i]): rank for rank, i in enumerate(idx)}
+    return [row for _, row in sorted(_decode_items(path, table, n, chosen), key=lambda x: x[0])]
+
+
+_ORDERS = ("newest", "oldest", "top", "bottom", "random")
+
+
+def _check_order(order: str) -> None:
+    if order not in _ORDERS:
+        raise ValueError(f"order={order!r} is invalid: expected one of {list(_ORDERS)}")
+
+
+def _pick(cols: dict[str, np.ndarray], n: int, order: str, by_position: bool) -> np.ndarray:
+    """Indices of the `n` items `order` picks, in the order they are shown.
+    newest: the last ones of one checkpoint (`by_position`, items are stored in
+    insertion order), else the latest inserted_at."""
+    p = cols["priority"]
+    if order == "newest":
+        if by_position:
+            return np.arange(len(p))[-n:][::-1]
+        return np.argsort(cols["inserted_at"], kind="stable")[::-1][:n]
+    if order == "top":
+        return np.argsort(-p, kind="stable")[:n]
+    if order == "bottom":
+        return np.argsort(p, kind="stable")[:n]
+    return np.random.default_rng(0).choice(len(p), size=min(n, len(p)), replace=False)
+
+
+def _decode_items(
+    path: str, table: str, n: int, chosen: dict[int, int] | None
+) -> list[tuple[int, dict[str, Any]]]:
+    """(rank, item) of the items `chosen` ({key: rank}) of a checkpoint, or of
+    its first `n` items when `chosen` is None."""
+    from apex.replay.checkpoint_reader import iter_items
+    from apex.replay.tables import unpack_item
+
+    when = checkpoint_time(path)
     out: list[tuple[int, dict[str, Any]]] = []
+    if chosen is not None and not chosen:
+        return out
     for item in iter_items(path, table, decode=True, only_keys=chosen):
         if chosen is None:
             if len(out) >= n:
@@ -416,6 +749,31 @@ def select_items(path: str, table: str, n: int, order: str = "newest") -> list[d
         )
         if chosen is not None and len(out) == len(chosen):
             break
+    return out
+
+
+def select_shard_items(
+    shards: list[tuple[str, str]], table: str, n: int, order: str = "newest"
+) -> list[dict[str, Any]]:
+    """`select_items` over several shards ([(shard name, checkpoint dir)]): the
+    N items `order` picks among all of them (newest/oldest by insertion time;
+    random: seeded, uniform over all items), each with `shard` (its shard's name)."""
+    _check_order(order)
+    if order == "oldest":  # each shard's n oldest hold the n oldest of all
+        rows = [
+            {**it, "shard": name}
+            for name, path in shards
+            for it in select_items(path, table, n, "oldest")
+        ]
+        return sorted(rows, key=lambda r: r["inserted_at"])[:n]
+    cols = pooled_item_table(shards, table, provenance=False)
+    idx = _pick(cols, n, order, by_position=False)
+    out: list[tuple[int, dict[str, Any]]] = []
+    for name, path in shards:
+        chosen = {
+            int(cols["key"][i]): rank for rank, i in enumerate(idx) if cols["shard"][i] == name
+        }
+        out += [(rank, {**it, "shard": name}) for rank, it in _decode_items(path, table, n, chosen)]
     return [row for _, row in sorted(out, key=lambda x: x[0])]
 
 
@@ -436,7 +794,8 @@ def items_to_json(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def save_items_npz(items: list[dict[str, Any]], path: str) -> str:
     """One npz: `key` (uint64, exact), `priority`, `times_sampled`, `inserted_at`,
-    `age_seconds`, and `data/<field>` stacked over the items."""
+    `age_seconds`, `shard` (items of several shards), and `data/<field>`
+    stacked over the items."""
     arrays: dict[str, np.ndarray] = {}
     # Reverb's keys are uint64: left to np.asarray, a list of them becomes float64
     # (or object) and most keys are no longer exact.
@@ -449,6 +808,8 @@ def save_items_npz(items: list[dict[str, Any]], path: str) -> str:
     }
     for k, dtype in dtypes.items():
         arrays[k] = np.asarray([it[k] for it in items], dtype=dtype)
+    if items and "shard" in items[0]:  # items of a sharded replay: each one's shard
+        arrays["shard"] = np.asarray([it["shard"] for it in items], dtype=str)
     if items and isinstance(items[0]["data"], dict):
         for field in items[0]["data"]:
             arrays[f"data/{field}"] = np.stack([it["data"][field] for it in items])

@@ -61,13 +61,24 @@ class PriorityUpdater:
     per `merge` puts, off the SGD critical path.
     """
 
-    def __init__(self, client: reverb.Client, merge: int = 4, table: str = TRANSITIONS_TABLE):
+    def __init__(
+        self,
+        client: reverb.Client,
+        merge: int = 4,
+        table: str = TRANSITIONS_TABLE,
+        name: str = "priority-updater",
+    ):
         self._client = client
         self._table = table
         self._merge = max(1, int(merge))
         self._queue: queue.Queue = queue.Queue(maxsize=64)
-        self._thread = threading.Thread(target=self._loop, name="priority-updater", daemon=True)
-        self.updates_sent = 0  # keys
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        # Keys of mutate_priorities calls: made (attempted), returned (sent,
+        # i.e. acknowledged), raised (failed); attempted - sent are failed or in flight.
+        self.updates_sent = 0
+        self.updates_attempted = 0
+        self.updates_failed = 0
+        self.last_error: str | None = None  # the latest failed call's error, one line
         self.calls = 0
         self.seconds_in_calls = 0.0
         self.errors = 0
@@ -87,12 +98,20 @@ class PriorityUpdater:
 
     def flush(self, timeout: float = 10.0) -> None:
         """Blocks until every update put so far has been sent."""
+        done = self.request_flush()
+        if done is not None:
+            done.wait(timeout)
+
+    def request_flush(self) -> threading.Event | None:
+        """Asks the sender thread to send every update put so far; returns the
+        event it sets then, or None when they were sent now on this thread
+        (the sender is not started, or closed)."""
         done = threading.Event()
         self._queue.put(done)
         if self._started and self._thread.is_alive():
-            done.wait(timeout)
-        else:  # not started, or closed: send from this thread
-            self._drain_now()
+            return done
+        self._drain_now()
+        return None
 
     def _drain_now(self) -> None:
         pending: dict[int, float] = {}
@@ -114,11 +133,15 @@ class PriorityUpdater:
         if not pending:
             return
         t0 = time.perf_counter()
+        self.updates_attempted += len(pending)
         try:
             self._client.mutate_priorities(self._table, updates=pending)
             self.updates_sent += len(pending)
-        except Exception:  # noqa: BLE001 - a dead server must not kill the learner's thread
+        except Exception as err:  # noqa: BLE001 - a dead server must not kill the learner's thread
             self.errors += 1
+            self.updates_failed += len(pending)
+            lines = str(err).strip().splitlines()
+            self.last_error = f"{type(err).__name__}: {lines[0] if lines else ''}"
         self.calls += 1
         self.seconds_in_calls += time.perf_counter() - t0
 
@@ -142,7 +165,16 @@ class PriorityUpdater:
                 self._send(pending)
                 pending, merged = {}, 0
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Sends what is pending and stops the sender, waiting at most `timeout` s."""
         if self._started and self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=5.0)
+            try:  # a full queue: the sender is stuck in a call (a vanished server)
+                self._queue.put(None, timeout=1.0)
+            except queue.Full:
+                return
+            self.join(timeout)
+
+    def join(self, timeout: float) -> None:
+        """Waits at most `timeout` s for a closed sender to finish."""
+        if self._started:
+            self._thread.join(timeout=timeout)
