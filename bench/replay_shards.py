@@ -74,7 +74,7 @@ def _server(num_shards: int, port_queue, stop) -> None:
     server.stop()
 
 
-def _writer(address: str, actor: int, stop, counter) -> None:
+def _writer(address: str, actor: int, num_writers: int, stop, counter) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
     import reverb
@@ -85,6 +85,7 @@ def _writer(address: str, actor: int, stop, counter) -> None:
     from tests.fakes import FakeVariableSource
 
     c = _config(1)
+    c.actor.num_actors = num_writers  # this writer's slots on the actors' epsilon ladder
     c.actor.envs_per_actor = 16
     client = reverb.Client(address)
     source = FakeVariableSource(QNetwork(4, 2, c.learner.hidden_sizes).get_weights(), version=0)
@@ -150,7 +151,9 @@ def servers_run(num_shards: int, seconds: float) -> dict:
         wstop = ctx.Event()
         counters = [ctx.Value("q", 0) for _ in range(num_shards)]
         writers = [
-            ctx.Process(target=_writer, args=(addresses[w % num_shards], w, wstop, counters[w]))
+            ctx.Process(
+                target=_writer, args=(addresses[w % num_shards], w, num_shards, wstop, counters[w])
+            )
             for w in range(num_shards)
         ]
         import reverb
@@ -160,9 +163,12 @@ def servers_run(num_shards: int, seconds: float) -> dict:
             p.start()
         # Start the clock once every writer inserts (their TF import is not the servers').
         table = "transitions"
+        deadline = time.time() + 300  # a hang guard: every writer imports TF first
         while any(
             c.server_info()[table].rate_limiter_info.insert_stats.completed == 0 for c in clients
         ):
+            if time.time() > deadline or not all(p.is_alive() for p in writers):
+                raise RuntimeError("a writer did not start inserting (see its traceback above)")
             time.sleep(0.2)
         cpu0 = _cpu(pids)
         ins0 = [c.server_info()[table].rate_limiter_info.insert_stats.completed for c in clients]
