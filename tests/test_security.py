@@ -18,7 +18,14 @@ _UNSHARE_OK = subprocess.run(["unshare", "-rn", "true"], capture_output=True).re
 @pytest.mark.timeout(180)
 def test_isolated_run_trains_and_its_replay_port_is_not_reachable_from_the_host(tmp_path):
     run_dir = str(tmp_path / "run")
-    proc, token = start_train(run_dir, "--isolate_network", "--config.stop.max_wall_seconds=25")
+    # A budget in learner steps, not seconds: a loaded machine may take 25 s to
+    # its first SGD step (a wall limit then stopped the run before step 50).
+    proc, token = start_train(
+        run_dir,
+        "--isolate_network",
+        "--config.stop.max_learner_steps=300",
+        "--config.stop.max_wall_seconds=None",
+    )
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50, timeout=120)
         with open(os.path.join(run_dir, "replay_address")) as f:
