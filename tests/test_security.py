@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.procs import kill_tree, start_train, wait_for_state
+from tests.procs import STOP_TIMEOUT, kill_tree, read_in_background, start_train, wait_for_state
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +26,20 @@ def test_isolated_run_trains_and_its_replay_port_is_not_reachable_from_the_host(
         "--config.stop.max_learner_steps=300",
         "--config.stop.max_wall_seconds=None",
     )
+    lines, reader = read_in_background(proc)  # a full pipe would hold the program
     try:
-        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50, timeout=120)
+        try:
+            wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 50, timeout=120)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\noutput so far:\n{''.join(lines)[-4000:]}") from None
         with open(os.path.join(run_dir, "replay_address")) as f:
             port = int(f.read().strip().rsplit(":", 1)[1])
         with socket.socket() as s:  # from the host namespace: nothing listens there
             assert s.connect_ex(("127.0.0.1", port)) != 0
-        out, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=STOP_TIMEOUT)
+        reader.join(timeout=STOP_TIMEOUT)
     finally:
         kill_tree(proc, token)
+    out = "".join(lines)
     assert proc.returncode == 0, out[-3000:]
     assert "isolated network namespace: interfaces ['lo']" in out
