@@ -77,10 +77,11 @@ def header(script: str) -> str:
     return f"apex {script}  commit {commit}  {platform.node()}  {os.cpu_count()} cpus"
 
 
-def save_results(name: str, payload: dict) -> str:
-    """Writes bench/results/<name>-<commit>.json with the commit and the machine."""
+def save_results(name: str, payload: dict, out_dir: str | None = None) -> str:
+    """Writes <out_dir>/<name>-<commit>.json (default bench/results) with the commit
+    and the machine."""
     commit = git_commit(ROOT)
-    out_dir = os.path.join(ROOT, "bench", "results")
+    out_dir = out_dir or os.path.join(ROOT, "bench", "results")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}-{(commit or 'nocommit')[:12]}.json")
     record = {

@@ -64,7 +64,6 @@ import platform
 import shlex
 import statistics
 import sys
-import time
 
 from common import ROOT, fmt, header, run_program, save_results
 
@@ -341,26 +340,8 @@ def plot(results: list[dict], path: str, title: str) -> None:
 
 
 def save(out_dir: str | None, payload: dict) -> str:
-    """bench/results/env_curves-<commit>.json (common.save_results), or the same
-    record in out_dir."""
-    if out_dir is None:
-        return save_results("env_curves", payload)
-    commit = git_commit(ROOT)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"env_curves-{(commit or 'nocommit')[:12]}.json")
-    record = {
-        "commit": commit,
-        "time": time.time(),
-        "machine": {
-            "node": platform.node(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
-        **payload,
-    }
-    with open(path, "w") as f:
-        json.dump(record, f, indent=2)
-    return path
+    """<out_dir or bench/results>/env_curves-<commit>.json (common.save_results)."""
+    return save_results("env_curves", payload, out_dir)
 
 
 def main() -> None:
