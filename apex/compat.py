@@ -233,12 +233,15 @@ def node_entry(node: Any) -> tuple[bytes, list[str]]:
     return cloudpickle.dumps([function]), [entry, "--lp_task_id=0", "--data_file"]
 
 
-def courier_server(instance: Any, port: int) -> Any:
+def courier_server(instance: Any, port: int, thread_pool_size: int = 16) -> Any:
     """A started Courier server exposing `instance`'s public methods (what a
-    CourierNode serves), through Launchpad's courier_utils."""
+    CourierNode serves), through Launchpad's courier_utils; `thread_pool_size`
+    calls run at once (courier's default, 16)."""
     from launchpad.nodes.courier import courier_utils
 
-    server = courier_utils.make_courier_server(instance, port=port)
+    server = courier_utils.make_courier_server(
+        instance, port=port, thread_pool_size=thread_pool_size
+    )
     server.Start()
     return server
 

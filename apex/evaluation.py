@@ -38,6 +38,18 @@ def _call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         raise Unreachable(f"{what} failed ({type(err).__name__}: {err})") from err
 
 
+# The k-th evaluation (from 0) plays episode i from seed
+# config.seed + EVAL_SEED_OFFSET + EVAL_SEED_STRIDE * k + i: seeds no actor uses.
+EVAL_SEED_OFFSET = 10_000_000
+EVAL_SEED_STRIDE = 1000
+
+
+def evaluation_seed(config_seed: int, k: int) -> int:
+    """The seed of the evaluator's k-th evaluation (from 0); its episode i plays
+    from this seed + i (`evaluate`). Recorded as `evaluator/seed`."""
+    return int(config_seed) + EVAL_SEED_OFFSET + EVAL_SEED_STRIDE * int(k)
+
+
 def episode_cap(config: ApexConfig, env: Any) -> int:
     """Steps after which an evaluation episode is cut: evaluation.max_episode_steps,
     else the env's own time limit, else DEFAULT_EVAL_EPISODE_CAP."""
@@ -149,7 +161,7 @@ class Evaluator:
             self._policy,
             ec.episodes,
             ec.epsilon,
-            seed=self._config.seed + 10_000_000 + 1000 * self.evaluations,
+            seed=evaluation_seed(self._config.seed, self.evaluations),
             should_stop=should_stop,
         )
         if self._heartbeat is not None:
@@ -168,6 +180,7 @@ class Evaluator:
             )
             if accepted is False:  # the stop is decided: this one is not the run's
                 return None
+        seed = evaluation_seed(self._config.seed, self.evaluations)
         self.evaluations += 1
         row = {
             "evaluator/return_mean": mean,
@@ -178,6 +191,7 @@ class Evaluator:
             "evaluator/env_steps": env_steps,
             "evaluator/seconds": time.time() - t0,
             "evaluator/evaluations": self.evaluations,
+            "evaluator/seed": seed,
         }
         if self._metrics is not None:
             self._metrics.write(row)

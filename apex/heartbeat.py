@@ -41,6 +41,7 @@ WAITING_PARAMS = "waiting for parameters"
 TRAINING = "sampling + SGD step (blocked while the rate limiter holds sampling)"
 EVALUATING = "evaluating"
 IDLE = "idle"
+SERVING = "serving"
 STOPPED = "stopped"
 
 

@@ -24,6 +24,7 @@ from apex.config import ApexConfig
 from apex.envs import EnvSpec
 from apex.exploration import epsilon_bands
 from apex.metrics import MetricsWriter
+from apex.model_store import BestParams
 from apex.replay.dataset import make_dataset
 from apex.replay.sharded import (
     ShardedPriorityUpdater,
@@ -146,8 +147,11 @@ class Learner(acme_core.Saveable):
         self._weights_cache: tuple[int, list[np.ndarray]] = (0, self._online.get_weights())
         # The best evaluated parameters: (return mean, version, weights), kept
         # next to the latest in every checkpoint (the evaluator offers them).
-        self._best: tuple[float, int, list[np.ndarray]] | None = None
+        # With a model store (model_store.enabled) the store keeps them, and
+        # `best_source` (set by the node) gives its record for checkpoints.
+        self._best = BestParams()
         self._best_lock = threading.Lock()
+        self.best_source: Callable[[], dict[str, np.ndarray]] | None = None
         self._weights_wanted = False
         self._weights_cv = threading.Condition()
         self._training = False
@@ -521,25 +525,21 @@ class Learner(acme_core.Saveable):
     def offer_best(self, return_mean: float, version: int, weights: list[np.ndarray]) -> bool:
         """The evaluator's result for the parameters of `version`: kept as the best
         if its evaluation mean is at least the best so far (a tie keeps the
-        newer, more trained one). Returns whether it was kept."""
+        newer, more trained one; apex.model_store.BestParams). Returns whether
+        it was kept."""
         shapes = [tuple(w.shape) for w in self._online.get_weights()]
-        if [tuple(np.shape(w)) for w in weights] != shapes:
-            raise ValueError(f"offer_best: weights of shapes {shapes} expected")
         with self._best_lock:
-            if self._best is not None and return_mean < self._best[0]:
-                return False
-            self._best = (float(return_mean), int(version), [np.array(w) for w in weights])
-            return True
+            return self._best.offer(return_mean, version, weights, shapes=shapes)
 
     def best(self) -> tuple[float, int] | None:
         """(return mean, version) of the best evaluated parameters, None before any."""
         with self._best_lock:
-            return None if self._best is None else (self._best[0], self._best[1])
+            return self._best.best()
 
     def best_variables(self) -> tuple[int, list[np.ndarray]] | None:
         """(version, weights) of the best evaluated parameters, None before any."""
         with self._best_lock:
-            return None if self._best is None else (self._best[1], list(self._best[2]))
+            return self._best.best_variables()
 
     # ---------------------------------------------------------- checkpoints
     def _state_groups(self) -> dict[str, list]:
@@ -559,12 +559,11 @@ class Learner(acme_core.Saveable):
         for prefix, variables in self._state_groups().items():
             for i, v in enumerate(variables):
                 state[f"{prefix}/{i}"] = v.numpy()
-        with self._best_lock:
-            if self._best is not None:
-                state["best_return_mean"] = np.asarray(self._best[0], np.float64)
-                state["best_version"] = np.asarray(self._best[1], np.int64)
-                for i, w in enumerate(self._best[2]):
-                    state[f"best/{i}"] = np.asarray(w)
+        if self.best_source is not None:  # the model store's record (and its newest version)
+            state.update(self.best_source())
+        else:
+            with self._best_lock:
+                state.update(self._best.get_state())
         return state
 
     def save(self) -> dict[str, np.ndarray]:
@@ -592,15 +591,8 @@ class Learner(acme_core.Saveable):
         self.steps = int(state["steps"])
         self._updater.max_priority = float(state.get("max_priority", 0.0))
         self._weights_cache = (self.steps, self._online.get_weights())
-        with self._best_lock:
-            self._best = None
-            if "best_version" in state:  # checkpoints before best params have none
-                n = len(self._online.weights)
-                self._best = (
-                    float(state["best_return_mean"]),
-                    int(state["best_version"]),
-                    [np.asarray(state[f"best/{i}"]) for i in range(n)],
-                )
+        with self._best_lock:  # checkpoints before best params have none
+            self._best.set_state(state, count=len(self._online.weights))
 
     def checkpoint_now(self, reason: str = "requested", timeout: float = 120.0) -> str:
         """Writes a run checkpoint now (between two SGD steps if training); its path."""

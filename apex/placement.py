@@ -40,7 +40,7 @@ from apex.errors import ApexError
 RESOURCE_UNIT = 0.001
 
 # Program node labels (launch.program) and the cluster field of their CPUs.
-SERVER_LABELS = ("learner", "replay", "coordinator")
+SERVER_LABELS = ("learner", "replay", "coordinator", "model_store")
 
 
 class PlacementError(ApexError):
@@ -124,6 +124,8 @@ def demands(
                 out.append(Demand(label, i, cluster.replay_cpus, shard=shard))
             elif label == "coordinator":
                 out.append(Demand(label, i, cluster.coordinator_cpus))
+            elif label == "model_store":
+                out.append(Demand(label, i, cluster.model_store_cpus))
             elif label == "actor":
                 shard = i % int(num_shards) if sharded else None
                 out.append(
@@ -170,7 +172,8 @@ def plan_placement(
     server_cpus = sum(d.cpus for d in servers)
     fits = [n for n in nodes if n.has(resource) and n.gpus >= gpus and n.cpus >= server_cpus]
     if not fits:
-        need = [f"{_fmt(server_cpus)} CPUs (learner, replay, coordinator)"]
+        labels = ", ".join(dict.fromkeys(d.label for d in servers))
+        need = [f"{_fmt(server_cpus)} CPUs ({labels})"]
         if gpus:
             need.append(f"{_fmt(gpus)} GPUs")
         if resource:

@@ -42,6 +42,7 @@ from apex.coordination import Coordinator
 from apex.envs import EnvSpec
 from apex.evaluation import Evaluator
 from apex.exploration import slot_epsilons
+from apex.inference import follow_learner, infer_reply
 from apex.learner import Learner
 from apex.lifecycle import STOP_WINDOW
 from apex.metrics import MetricsWriter, RemoteMetrics
@@ -87,6 +88,17 @@ def _set_local_coordinator(coordinator: Coordinator | None) -> None:
             _local_coordinator = lambda: None  # noqa: E731
         else:
             _local_coordinator = weakref.ref(coordinator)
+
+
+# The Learner of this process, if a LearnerNode runs here: the inference node in
+# the same process reads its newest parameters directly (no network pull).
+_local_learner: Callable[[], Learner | None] = lambda: None  # noqa: E731
+
+
+def _set_local_learner(learner: Learner | None) -> None:
+    global _local_learner
+    with _local_lock:
+        _local_learner = (lambda: None) if learner is None else weakref.ref(learner)
 
 
 def _stopping() -> bool:
@@ -274,10 +286,16 @@ class LearnerNode:
         coordinator: Reporter,
         run_dir: str,
         resume_from: str = "",
+        model_store=None,
     ):
         _quiet_logs()
         self._run_dir = run_dir
         self._coordinator = coordinator
+        # model_store.enabled: the store's handle; the learner pushes to it and
+        # its checkpoints hold the store's best record.
+        self._store = model_store
+        self._store_record: dict = {}
+        self.pushes = 0
         try:
             self._setup(config, builder, spec, replay, coordinator, run_dir, resume_from)
         except Exception as err:
@@ -310,6 +328,9 @@ class LearnerNode:
             metrics=_metrics(config, run_dir, "learner", "learner/steps"),
             heartbeat=self._heartbeat,
         )
+        _set_local_learner(self._learner)
+        if self._store is not None:
+            self._learner.best_source = self._store_best
         if resume_from:
             state = checkpointing.load(resume_from)
             self._learner.set_state(state.learner)
@@ -329,8 +350,46 @@ class LearnerNode:
                 on_written=self._checkpoint_written,
             )
 
+    def _store_best(self) -> dict:
+        """The model store's checkpoint record (its best and newest version); the
+        last one fetched if the store does not answer now."""
+        try:
+            self._store_record = dict(self._store.get_state())
+        except Exception as err:  # noqa: BLE001 - keep the last record; say so
+            print(
+                f"[apex] the model store did not answer for the checkpoint ({type(err).__name__}); "
+                "it holds the best record fetched before",
+                file=sys.stderr,
+                flush=True,
+            )
+        return self._store_record
+
+    def _push_loop(self, should_stop: Callable[[], bool], done: threading.Event) -> None:
+        """Pushes the learner's parameters to the model store every
+        model_store.push_period_steps SGD steps (version 0 before training)."""
+        period = self._config.model_store.push_period_steps
+        last = None
+        while not (should_stop() or done.is_set()):
+            if last is None or self._learner.steps - last >= period:
+                version, weights, info = self._learner.get_variables()
+                try:
+                    self._store.push(version, weights, info)
+                    last = version
+                    self.pushes += 1
+                except Exception:  # noqa: BLE001 - the store is starting (or gone: it is reported)
+                    pass
+            done.wait(0.01)
+
     def run(self) -> None:
         should_stop = node_should_stop()
+        pushing = threading.Event()
+        if self._store is not None:
+            threading.Thread(
+                target=self._push_loop,
+                args=(should_stop, pushing),
+                name="model-store-push",
+                daemon=True,
+            ).start()
         try:
             self._run(should_stop)
         except Exception as err:
@@ -344,6 +403,7 @@ class LearnerNode:
             except Exception:  # noqa: BLE001 - the failure is reported; this is tidying
                 pass
         finally:
+            pushing.set()
             self._heartbeat.close()
 
     def _run(self, should_stop: Callable[[], bool]) -> None:
@@ -406,7 +466,9 @@ class LearnerNode:
 
     def _counters(self) -> dict:
         learner = getattr(self, "_learner", None)
-        return {"steps": learner.steps} if learner is not None else {}
+        if learner is None:
+            return {}
+        return {"steps": learner.steps, **({"pushes": self.pushes} if self._store else {})}
 
     def step(self) -> dict[str, float]:
         return self._learner.step()
@@ -448,6 +510,7 @@ class ActorNode:
         learner,
         coordinator: Reporter,
         initial_counts: tuple[int, int] = (0, 0),
+        inference=None,
     ):
         _quiet_logs()
         if os.environ.get(lifecycle.NO_SHARED_FS_ENV) == "1" and config.run_dir:
@@ -465,6 +528,7 @@ class ActorNode:
         self._replay = replay
         self._learner = learner
         self._coordinator = coordinator
+        self._inference = inference  # the inference node's handle (actor.inference='central')
         self._name = f"actor_{actor_id}"
 
     def run(self) -> None:
@@ -555,6 +619,7 @@ class ActorNode:
                 metrics=holder["metrics"],
                 should_stop=should_stop,
                 heartbeat=beat,
+                inference=self._inference,
             )
             previous = holder.get("actor")
             if previous is not None:
@@ -570,6 +635,184 @@ class ActorNode:
                 actor.close()
 
 
+class InferenceNode:
+    """The central inference server (actor.inference='central', apex.inference):
+    in the learner's process, it reads the learner's newest parameters there
+    every `inference.params_period_seconds` and answers the actors' `infer`
+    calls in batches. Its figures go to RUN_DIR/metrics/inference.jsonl every
+    `logging.metrics_period_seconds`. If it fails, it says so to the
+    coordinator, which stops the program in order ('node failed'); actors
+    waiting on it get an error, never a hang."""
+
+    # Seconds the node waits for the learner of its process to exist.
+    LEARNER_WAIT = 600.0
+
+    def __init__(self, config: ApexConfig, spec: EnvSpec, coordinator: Reporter, run_dir: str):
+        from apex.agents.policy import ActingPolicy
+        from apex.inference import BatchingServer
+
+        _quiet_logs()
+        self._config = config
+        self._coordinator = coordinator
+        self._run_dir = run_dir
+        ic = config.inference
+        self._server = BatchingServer(
+            ActingPolicy(config, spec),
+            ic.max_batch,
+            ic.max_wait_ms / 1000.0,
+            expected_clients=config.actor.num_actors,
+            pad=config.learner.torso != "mlp",
+            obs_shape=tuple(spec.observation_shape),
+        )
+        self._metrics = _metrics(config, run_dir, "inference", "inference/requests")
+        self._learner_steps = 0
+
+    # ------------------------------------------------------------------ RPCs
+    def infer(self, obs, h=None, c=None):
+        """(q, h, c, version, max_priority) for an actor's observations (and state)."""
+        return infer_reply(
+            self._server, obs, h, c, timeout=self._config.inference.call_timeout_seconds
+        )
+
+    def version(self) -> int:
+        """The parameter version served (-1 before the first parameters)."""
+        return self._server.newest_version()
+
+    def stats(self) -> dict:
+        """The figures since the last call (also written to the metrics)."""
+        return self._server.stats()
+
+    # -------------------------------------------------------------------- run
+    def run(self) -> None:
+        should_stop = node_should_stop()
+        try:
+            learner = self._wait_for_learner(should_stop)
+            if learner is None:
+                return
+            self._serve(learner, should_stop)
+            # The stop: serve until every actor is out of its loop (bounded), so
+            # no actor's last step meets a closed server.
+            deadline = time.time() + STOP_WINDOW.actor_drain
+            while time.time() < deadline and not self._actors_finished():
+                time.sleep(0.05)
+        except Exception as err:
+            if should_stop():
+                return
+            if not report_node_failure(
+                self._coordinator, "inference", err, self._run_dir, should_stop
+            ):
+                raise
+        finally:
+            self._server.close()
+            self._metrics.close()
+
+    def _actors_finished(self) -> bool:
+        try:
+            return bool(self._coordinator.nodes_finished("actor_"))
+        except Exception:  # noqa: BLE001 - no coordinator to ask: stop serving
+            return True
+
+    def _wait_for_learner(self, should_stop) -> Learner | None:
+        deadline = time.time() + self.LEARNER_WAIT
+        while not should_stop():
+            learner = _local_learner()
+            if learner is not None:
+                return learner
+            if time.time() > deadline:
+                raise RuntimeError(
+                    "no learner in this process: the inference node runs in the learner's "
+                    "process (launch/program.py colocates them)"
+                )
+            time.sleep(0.05)
+        return None
+
+    def _serve(self, learner: Learner, should_stop) -> None:
+        ic = self._config.inference
+        follow_learner(
+            self._server,
+            learner,
+            should_stop,
+            lp.stop_event().wait,
+            ic.params_period_seconds,
+            self._config.logging.metrics_period_seconds,
+            self._metrics.write,
+        )
+
+
+class ModelStoreNode:
+    """The model store (model_store.enabled, apex.model_store): a process of its
+    own that holds the versions the learner pushes and serves them to the actors
+    and the evaluator; it keeps the best evaluated parameters. It beats to the
+    coordinator (its death stops the program, 'node failed'), writes its figures
+    through the coordinator (it needs no run directory), and at a stop serves
+    until the learner has written its final checkpoint (which holds the store's
+    best record). A resumed store starts from the checkpoint's record and newest
+    version. Public methods are courier RPCs."""
+
+    def __init__(self, config: ApexConfig, coordinator: Reporter, resume_from: str = ""):
+        from apex.model_store import ModelStore
+
+        _quiet_logs()
+        self._config = config
+        self._coordinator = coordinator
+        self._store = ModelStore(keep_last=config.model_store.keep_last)
+        if resume_from:
+            self._store.set_state(checkpointing.load(resume_from).learner)
+        self._metrics = RemoteMetrics(coordinator, "model_store", "model_store/newest_version")
+        self._heartbeat = _heartbeat(config, coordinator, "model_store", self._counters)
+
+    def _counters(self) -> dict:
+        newest = self._store.newest_version()
+        return {"version": -1 if newest is None else newest}
+
+    # ------------------------------------------------------------------ RPCs
+    def push(self, version: int, weights, info=None) -> bool:
+        return self._store.push(version, weights, info)
+
+    def get_variables(self):
+        return self._store.get_variables()
+
+    def get_version(self, version: int):
+        return self._store.get_version(version)
+
+    def offer_best(self, return_mean: float, version: int, weights=None) -> bool:
+        return self._store.offer_best(return_mean, version, weights)
+
+    def best(self):
+        return self._store.best()
+
+    def best_variables(self):
+        return self._store.best_variables()
+
+    def get_state(self) -> dict:
+        return self._store.get_state()
+
+    def stats(self) -> dict:
+        return self._store.stats()
+
+    # -------------------------------------------------------------------- run
+    def run(self) -> None:
+        should_stop = node_should_stop()
+        period = self._config.logging.metrics_period_seconds
+        event = lp.stop_event()
+        try:
+            self._heartbeat.enter(hb.SERVING)
+            while not should_stop():
+                event.wait(period)
+                self._metrics.write(self._store.stats())
+            # Serve until the learner's final checkpoint (it asks for the best record).
+            deadline = time.time() + STOP_WINDOW.final_checkpoint_wait
+            while time.time() < deadline:
+                try:
+                    if self._coordinator.node_finished("learner") is not False:
+                        break
+                except Exception:  # noqa: BLE001 - the coordinator is gone: so is the run
+                    break
+                time.sleep(0.2)
+        finally:
+            self._heartbeat.close()
+
+
 class EvaluatorNode:
     """Greedy evaluation episodes on the latest parameters (with the coordinator).
 
@@ -579,8 +822,12 @@ class EvaluatorNode:
     coordinator then stops the program in order with 'node failed'.
     """
 
-    def __init__(self, config: ApexConfig, learner, coordinator: Reporter, run_dir: str):
+    def __init__(
+        self, config: ApexConfig, learner, coordinator: Reporter, run_dir: str, model_store=None
+    ):
         _quiet_logs()
+        # With a model store, parameters come from it and the best goes to it.
+        source = learner if model_store is None else model_store
         self._coordinator = coordinator
         self._run_dir = run_dir
         self._evaluator: Evaluator | None = None
@@ -590,9 +837,9 @@ class EvaluatorNode:
         try:
             self._evaluator = Evaluator(
                 config,
-                learner,
+                source,
                 coordinator=coordinator,
-                best_sink=learner,
+                best_sink=source,
                 metrics=metrics,
                 heartbeat=self._heartbeat,
             )

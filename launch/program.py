@@ -5,6 +5,10 @@
     coordinator (CourierNode: the control plane; counter, stopper, progress,
                  summary.json, the run directory's owner)
     evaluator (CourierNode: greedy episodes; in the coordinator's process)
+    inference (CourierNode, actor.inference='central': batches the actors'
+               forward passes; in the learner's process)
+    model_store (CourierNode, model_store.enabled: holds the versions the
+               learner pushes, serves actors and the evaluator, keeps the best)
     actors (CourierNodes: env steppers; need no run directory)
 
 Replay shards (replay.num_shards = S > 1, apex.replay.shards): S Reverb
@@ -43,7 +47,9 @@ from launch.nodes import (
     CoordinatorNode,
     EvaluatorNode,
     GracefulReverbNode,
+    InferenceNode,
     LearnerNode,
+    ModelStoreNode,
 )
 
 
@@ -117,18 +123,52 @@ def make_program(
     for node in replay_nodes:
         node.wait_for_learner_through(coordinator)
 
+    # The model store (model_store.enabled): the learner pushes to it; actors and
+    # the evaluator pull from it, and it keeps the best evaluated parameters.
+    store_node = store = None
+    if config.model_store.enabled:
+        store_node = lp.CourierNode(
+            ModelStoreNode,
+            config,
+            coordinator,
+            resume_from,
+            courier_kwargs={"thread_pool_size": max(16, config.actor.num_actors + 8)},
+        )
+        store = store_node.create_handle()
+        store.set_client_kwargs(call_timeout=5)
+
     learner_node = lp.CourierNode(
-        LearnerNode, config, builder, spec, replay, coordinator, run_dir, resume_from
+        LearnerNode, config, builder, spec, replay, coordinator, run_dir, resume_from, store
     )
     learner = learner_node.create_handle()
     # Calls to the learner fail after 5 s instead of hanging on a dead node;
     # callers retry or stop (wait_for_ready still covers the learner's start-up).
     learner.set_client_kwargs(call_timeout=5)
+    # Where actors pull parameters from (with local inference).
+    variable_source = learner if store is None else store
+
+    # Central inference (actor.inference='central'): a node in the learner's
+    # process, reading the learner's parameters there (apex.inference).
+    inference = None
+    learner_process = [learner_node]
+    if config.actor.inference == "central":
+        inference_node = lp.CourierNode(
+            InferenceNode,
+            config,
+            spec,
+            coordinator,
+            run_dir,
+            # One courier thread per waiting request: every actor's can be in one batch.
+            courier_kwargs={"thread_pool_size": max(16, 2 * config.actor.num_actors + 4)},
+        )
+        inference = inference_node.create_handle()
+        inference.set_client_kwargs(call_timeout=config.inference.call_timeout_seconds + 5)
+        learner_process.append(inference_node)
 
     if config.replay.colocate_with_learner:
         # One process: sampling skips gRPC (measured 2x the learner's rate here).
         program.add_node(
-            lp.MultiThreadingColocation([replay_nodes[0], learner_node]), label="learner"
+            lp.MultiThreadingColocation([replay_nodes[0], *learner_process]), label="learner"
         )
         if num_shards > 1:
             with program.group("replay"):
@@ -141,14 +181,19 @@ def make_program(
             with program.group("replay"):
                 for node in replay_nodes:
                     program.add_node(node)
-        program.add_node(learner_node, label="learner")
+        if len(learner_process) == 1:
+            program.add_node(learner_node, label="learner")
+        else:
+            program.add_node(lp.MultiThreadingColocation(learner_process), label="learner")
 
-    evaluator_node = lp.CourierNode(EvaluatorNode, config, learner, coordinator, run_dir)
+    evaluator_node = lp.CourierNode(EvaluatorNode, config, learner, coordinator, run_dir, store)
     # The coordinator and the evaluator are light: one process for both saves a
     # TensorFlow import (~5 s of CPU) at start-up.
     program.add_node(
         lp.MultiThreadingColocation([coordinator_node, evaluator_node]), label="coordinator"
     )
+    if store_node is not None:
+        program.add_node(store_node, label="model_store")
 
     with program.group("actor"):
         for i in range(config.actor.num_actors):
@@ -165,9 +210,10 @@ def make_program(
                     builder,
                     i,
                     shard_handles[shard_of_actor(i, num_shards)],
-                    learner,
+                    variable_source,
                     coordinator,
                     counts,
+                    inference,
                 )
             )
     return program

@@ -62,7 +62,10 @@ RAY_NAMESPACE = "apex"
 PLACEMENT_FILE = "placement.json"
 # The nodes that may leave a failure record (apex.supervision.record_failure) in
 # the process of each program label (launch.program colocates them).
-_RECORDING_NODES = {"coordinator": ("coordinator", "evaluator"), "learner": ("learner",)}
+_RECORDING_NODES = {
+    "coordinator": ("coordinator", "evaluator"),
+    "learner": ("learner", "inference"),
+}
 # What the launcher passes on to node processes from its own environment.
 _ENV_PREFIXES = ("APEX_", "TF_CPP_", "PYTHONWARNINGS", "PYTHONPATH")
 _PALETTE = (36, 33, 32, 34, 35)
@@ -274,7 +277,10 @@ def program_shape(config: ApexConfig) -> list[tuple[str, int]]:
         groups.insert(0, ("replay", shards))
     elif shards > 1:  # shard 0 is in the learner's process; the others are nodes
         groups.append(("replay", shards - 1))
-    groups += [("coordinator", 1), ("actor", config.actor.num_actors)]
+    groups.append(("coordinator", 1))
+    if config.model_store.enabled:
+        groups.append(("model_store", 1))
+    groups.append(("actor", config.actor.num_actors))
     return groups
 
 

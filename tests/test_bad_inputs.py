@@ -93,6 +93,11 @@ LOAD_CASES = [
     (C, [("env.id", "")], "env.id", "''", "a Gymnasium id such as 'CartPole-v1'", "env_empty_id"),
     (C, [("env.preprocessing", "atari")], "env.id", "'CartPole-v1'", "an ALE id such as 'ALE/Pong-v5' with preprocessing='atari'", "env_atari_preprocessing_on_cartpole"),
     (C, [("env.observation_indices", "(0, 9)")], "env.observation_indices", "(0, 9)", "each in [0, 3]", "env_observation_index_out_of_range"),
+    # central inference and the model store
+    (C, [("actor.inference", "gpu")], "actor.inference", "'gpu'", "one of ['local', 'central']", "inference_mode_unknown"),
+    (C, [("inference.max_batch", "8")], "inference.max_batch", "8", "at least actor.envs_per_actor (16): one actor's request of 16 observations is never split", "inference_batch_below_a_request"),
+    (C, [("inference.max_wait_ms", "5000")], "inference.max_wait_ms", "5000.0", "a number of milliseconds in [0, 1000]", "inference_wait_too_long"),
+    (C, [("model_store.keep_last", "0")], "model_store.keep_last", "0", "an integer >= 1", "model_store_keep_zero"),
     # rate-limit planner
     (C, [("stop.max_actor_steps", "500")], "replay.min_size", "1000", "at most the 500 items that stop.max_actor_steps=500 env steps can insert", "planner_min_size_unreachable"),
     (R2D2, [("stop.max_actor_steps", "1000")], "replay.min_size", "200", "at most the 100 items that stop.max_actor_steps=1,000 env steps can insert", "planner_r2d2_min_size_unreachable"),

@@ -129,7 +129,7 @@ def test_overrides_parse_by_field_type():
         (
             "actor.num_actorz",
             "3",
-            "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, max_restarts, num_actors",
+            "'actor' has: envs_per_actor, epsilon_alpha, epsilon_base, inference, max_restarts",
         ),
         (
             "actr.num_actors",

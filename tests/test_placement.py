@@ -148,3 +148,23 @@ def test_replay_shards_spread_over_hosts_and_actors_sit_next_to_their_shard():
     # A cluster too small for the shards says so, counting them.
     with pytest.raises(PlacementError, match="replay_1 1"):
         plan_placement([HEAD], program_demands(c), launcher_ip="10.0.0.1", cluster_free_cpus=3)
+
+
+def test_the_model_store_sits_with_the_learner_and_central_inference_needs_no_node():
+    from launch.ray_launch import program_demands, program_shape
+
+    c = ApexConfig()
+    c.actor.inference = "central"  # in the learner's process: no node of its own
+    c.model_store.enabled = True
+    c.cluster.model_store_cpus = 0.25
+    assert program_shape(c) == [
+        ("learner", 1),
+        ("coordinator", 1),
+        ("model_store", 1),
+        ("actor", 2),
+    ]
+    wanted = program_demands(c)
+    assert [d.cpus for d in wanted if d.label == "model_store"] == [0.25]
+    plan = plan_placement([W1, HEAD, W2], wanted, launcher_ip="10.0.0.1")
+    assert plan["model_store"] == plan["learner"] == HEAD.node_id
+    assert {plan["actor_0"], plan["actor_1"]} <= {W1.node_id, W2.node_id}

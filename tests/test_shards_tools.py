@@ -439,10 +439,10 @@ def test_replay_content_invariants_hold_per_shard(sharded):
     of gamma^k, or 0 when its episode terminated)."""
     from apex.replay import checkpoint_reader as cr
     from apex.replay.tables import unpack_item
+    from tests.replay_checks import assert_cartpole_nstep
 
     c = sharded_config()
     gamma, n = c.replay.discount, c.replay.n_step
-    returns = {k: sum(gamma**j for j in range(k)) for k in range(1, n + 1)}
     keys: set[int] = set()
     for s in range(S):
         items = list(cr.iter_items(os.path.join(sharded["ckpt"], NAMES[s]), TRANSITIONS_TABLE))
@@ -452,13 +452,7 @@ def test_replay_content_invariants_hold_per_shard(sharded):
             actor = int(data["actor"])
             assert shard_of_actor(actor, S) == s, (NAMES[s], actor)
             per_actor[actor] = per_actor.get(actor, 0) + 1
-            reward, discount = float(data["reward"]), float(data["discount"])
-            if discount > 0:
-                k = int(round(np.log(discount) / np.log(gamma)))
-                assert 1 <= k <= n and discount == pytest.approx(gamma**k, rel=1e-6)
-                assert reward == pytest.approx(returns[k], rel=1e-6)
-            else:  # terminated within the n steps: no bootstrap
-                assert any(reward == pytest.approx(r, rel=1e-6) for r in returns.values())
+            assert_cartpole_nstep(data, gamma, n)
         # Every item an actor of this shard wrote is here, and nothing else.
         assert per_actor == {
             a: w for a, w in sharded["written"].items() if shard_of_actor(a, S) == s

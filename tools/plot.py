@@ -181,6 +181,28 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> dict[str, list[str]]:
     if labels:
         ax.legend(title="epsilon band")
     save(fig, "band_returns.png", labels)
+
+    inference = data.get("inference", [])
+    if inference:  # actor.inference='central': the latency-batching tension over time
+        fig, (a1, a2, a3) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+        labels = []
+        for ax, keys, ylabel in (
+            (a1, ("batch_observations_p50", "batch_observations_p90"), "observations per batch"),
+            (
+                a2,
+                ("queue_wait_ms_p50", "latency_ms_p50", "latency_ms_p99"),
+                "milliseconds",
+            ),
+            (a3, ("requests_per_second",), "requests/s"),
+        ):
+            for key in keys:
+                t, v = _series(inference, f"inference/{key}", t0)
+                ax.plot(t, v, label=key.replace("_", " "))
+                labels.append(key.replace("_", " "))
+            ax.set_ylabel(ylabel)
+            ax.legend()
+        a3.set_xlabel("wall seconds")
+        save(fig, "inference.png", labels)
     return written
 
 

@@ -93,6 +93,56 @@ def _replay_shards(run_dir: str) -> list[dict] | None:
     return out
 
 
+def _last_row(run_dir: str, component: str) -> dict | None:
+    """The newest metrics row of `component` (RUN_DIR/metrics/<component>.jsonl), or None."""
+    from apex.metrics import read_jsonl
+
+    path = os.path.join(run_dir, "metrics", f"{component}.jsonl")
+    rows = read_jsonl(path) if os.path.exists(path) else []
+    return rows[-1] if rows else None
+
+
+def format_inference(row: dict, now: float) -> str:
+    """One line of the central inference server's newest figures (docs/metrics.md)."""
+    g = row.get
+    line = (
+        f"inference: {g('inference/requests_per_second', 0):,.0f} requests/s in "
+        f"{g('inference/forward_passes_per_second', 0):,.0f} forward passes/s"
+    )
+    if g("inference/batch_observations_p50") is not None:
+        line += (
+            f"; batch {g('inference/batch_observations_p50'):,.0f} observations "
+            f"(p90 {g('inference/batch_observations_p90'):,.0f}) = "
+            f"{g('inference/batch_requests_p50'):,.0f} requests (p90 "
+            f"{g('inference/batch_requests_p90'):,.0f}); queue wait p50 "
+            f"{g('inference/queue_wait_ms_p50'):.2f} ms, p99 {g('inference/queue_wait_ms_p99'):.2f} ms;"
+            f" latency p50 {g('inference/latency_ms_p50'):.2f} ms, p99 "
+            f"{g('inference/latency_ms_p99'):.2f} ms"
+        )
+    line += f"; version {g('inference/param_version', -1):,.0f}"
+    if g("inference/policy_lag_steps") is not None:
+        line += f" (lag {g('inference/policy_lag_steps'):,.0f} learner steps)"
+    return line + f"; row {now - g('time', now):.1f} s old"
+
+
+def format_model_store(row: dict, now: float) -> str:
+    """One line of the model store's newest figures (docs/metrics.md)."""
+    g = row.get
+    line = (
+        f"model store: version {g('model_store/newest_version', -1):,.0f} "
+        f"({g('model_store/versions_held', 0):,.0f} held, "
+        f"{g('model_store/bytes_held', 0) / 2**20:,.1f} MiB); "
+        f"{g('model_store/pushes', 0):,.0f} pushes, {g('model_store/pulls', 0):,.0f} pulls "
+        f"({g('model_store/pulls_per_second', 0):,.1f}/s)"
+    )
+    if g("model_store/best_version") is not None:
+        line += (
+            f"; best version {g('model_store/best_version'):,.0f} "
+            f"(eval return {g('model_store/best_return'):,.1f})"
+        )
+    return line + f"; row {now - g('time', now):.1f} s old"
+
+
 def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     """Heartbeats, liveness, replay table stats and doctor findings of RUN_DIR.
 
@@ -139,6 +189,10 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     }
     if shards is not None:
         out["replay_shards"] = shards
+    for component in ("inference", "model_store"):
+        row = _last_row(run_dir, component)
+        if row is not None:
+            out[component] = row
     return out
 
 
@@ -193,6 +247,10 @@ def format_status(s: dict) -> str:
         lines.append(format_stats([s["replay"]], signature=False))
     else:
         lines.append("replay: not reachable (the run has stopped, or no replay_address)")
+    if s.get("inference"):
+        lines.append(format_inference(s["inference"], s["time"]))
+    if s.get("model_store"):
+        lines.append(format_model_store(s["model_store"], s["time"]))
     if s["findings"]:
         lines.append("doctor:")
         lines += [

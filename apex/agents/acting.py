@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from apex import heartbeat as hb
-from apex.agents.policy import ActingPolicy
+from apex.agents import get_builder
 from apex.config import ApexConfig
 from apex.envs import make_env, spec_of, to_observation
 from apex.exploration import epsilon_bands, slot_epsilons
+from apex.inference import LocalQ, RemoteQ
 from apex.replay.priorities import initial_priorities
 from apex.roles import ItemWriter, MetricsSink, Reporter, VariableSource
-from apex.variables import VariableClient
 
 
 class Actor(abc.ABC):
@@ -39,6 +39,8 @@ class Actor(abc.ABC):
       metrics: optional MetricsSink (apex.roles) for the actor's rows.
       should_stop: checked while waiting for the first parameters.
       heartbeat: optional Heartbeat; the actor marks the time it spends in inserts.
+      inference: a handle of the inference node (actor.inference='central'):
+        Q-values come from it and the actor holds no network (apex.inference).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Actor(abc.ABC):
         metrics: MetricsSink | None = None,
         should_stop: Callable[[], bool] | None = None,
         heartbeat: hb.Heartbeat | None = None,
+        inference: Any | None = None,
     ):
         self._config = config
         self._heartbeat = heartbeat
@@ -70,10 +73,15 @@ class Actor(abc.ABC):
         self._writer = writer
         self._coordinator = coordinator
         self._metrics = metrics
-        self._variables = VariableClient(
-            variable_source, config.actor.params_update_period, should_stop=should_stop
-        )
-        self._policy = ActingPolicy(config, spec_of(self._envs[0]))
+        if inference is not None:
+            self._qs: LocalQ | RemoteQ = RemoteQ(
+                inference,
+                get_builder(config).recurrent,
+                config.r2d2.lstm_size,
+                should_stop=should_stop,
+            )
+        else:
+            self._qs = LocalQ(config, spec_of(self._envs[0]), variable_source, should_stop)
         self._num_actions = self._envs[0].action_space.n
         obs = []
         for j, env in enumerate(self._envs):
@@ -82,6 +90,7 @@ class Actor(abc.ABC):
             obs.append(to_observation(o))
         self._obs = np.stack(obs)
         self._q: np.ndarray | None = None
+        self._q_version = -1
         self._episode_return = np.zeros(e)
         self.env_steps = 0
         self.episodes = 0
@@ -105,16 +114,13 @@ class Actor(abc.ABC):
         """One vector step of every env; returns the number of items written."""
 
     def _sync_weights(self) -> bool:
-        """Loads newly arrived weights into the policy; True if it did."""
-        self._variables.maybe_update(self.env_steps)
-        if not self._variables.changed:
-            return False
-        self._policy.set_weights(self._variables.weights)
-        self._variables.changed = False
-        return True
+        """Loads newly arrived weights into the local network; True if it did
+        (never with central inference: the server holds the parameters)."""
+        return self._qs.sync(self.env_steps)
 
-    def _forward(self, obs: np.ndarray) -> np.ndarray:
-        return self._policy(obs)[0]
+    def _forward(self, obs: np.ndarray, state=None) -> tuple[np.ndarray, Any, int]:
+        """(Q-values, new recurrent state or None, the parameter version used)."""
+        return self._qs(obs, state)
 
     def _write(self, batch: dict[str, np.ndarray], td: np.ndarray) -> int:
         r = self._config.replay
@@ -123,7 +129,7 @@ class Actor(abc.ABC):
             r.insert_priority,
             epsilon=r.priority_epsilon,
             constant=r.constant_priority,
-            max_seen=self._variables.max_priority,
+            max_seen=self._qs.max_priority,
         )
         beat = self._heartbeat
         if beat is not None:
@@ -167,8 +173,8 @@ class Actor(abc.ABC):
             "actor/env_steps": self.env_steps,
             "actor/episodes": self.episodes,
             "actor/items_inserted": self.items_written,
-            "actor/param_version": self._variables.version,
-            "actor/param_updates": self._variables.num_updates,
+            "actor/param_version": self._qs.version,
+            "actor/param_updates": self._qs.num_updates,
             "actor/restarts": self.restarts,
         }
         writing = getattr(self._writer, "seconds_writing", None)
@@ -198,6 +204,6 @@ class Actor(abc.ABC):
         self._start_time = previous._start_time
 
     def close(self) -> None:
-        self._variables.close()
+        self._qs.close()
         for env in self._envs:
             env.close()

@@ -17,6 +17,7 @@ from apex.agents.dqn.networks import numpy_q_values
 from apex.agents.r2d2.networks import numpy_recurrent_step
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
+from apex.inference import zero_state
 
 State = tuple[np.ndarray, np.ndarray]
 
@@ -54,10 +55,7 @@ class ActingPolicy:
             self._weights = [np.asarray(w, np.float32) for w in weights]
 
     def initial_state(self, batch_size: int) -> State | None:
-        if not self.recurrent:
-            return None
-        zeros = np.zeros((batch_size, self._lstm_size), np.float32)
-        return zeros, zeros.copy()
+        return zero_state(batch_size, self._lstm_size) if self.recurrent else None
 
     def __call__(self, obs: np.ndarray, state: State | None = None):
         if self._net is not None:

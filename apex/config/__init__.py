@@ -9,7 +9,7 @@ load it with `load_config_file` and apply `--config.a.b=value` overrides with
     schema.py      the dataclasses: every field, its default, what it means
     validation.py  validate(): field rules, cross-field checks, the agent's own
     planning.py    the rate limiter read as a plan; refusals of dead settings
-    overrides.py   load_config_file, apply_override, to_dict
+    overrides.py   load_config_file, apply_override, to_dict, config_from_dict
 
 Example:
     >>> cfg = ApexConfig()
@@ -19,7 +19,7 @@ Example:
     4
 """
 
-from apex.config.overrides import apply_override, load_config_file, to_dict
+from apex.config.overrides import apply_override, config_from_dict, load_config_file, to_dict
 from apex.config.planning import (
     check_rate_limits,
     effective_error_buffer,
@@ -37,8 +37,10 @@ from apex.config.schema import (
     ClusterConfig,
     EnvConfig,
     EvaluationConfig,
+    InferenceConfig,
     LearnerConfig,
     LoggingConfig,
+    ModelStoreConfig,
     R2D2Config,
     ReplayConfig,
     StopConfig,
@@ -55,13 +57,16 @@ __all__ = [
     "ClusterConfig",
     "EnvConfig",
     "EvaluationConfig",
+    "InferenceConfig",
     "LearnerConfig",
     "LoggingConfig",
+    "ModelStoreConfig",
     "R2D2Config",
     "ReplayConfig",
     "StopConfig",
     "apply_override",
     "check_rate_limits",
+    "config_from_dict",
     "effective_error_buffer",
     "env_step_replay_ratio",
     "env_steps_per_item",

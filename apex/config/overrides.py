@@ -168,3 +168,26 @@ def load_config_file(path: str) -> Any:
 def to_dict(config: Any) -> dict[str, Any]:
     """The config as plain JSON-able dicts."""
     return dataclasses.asdict(config)
+
+
+def _fill(node: Any, data: dict[str, Any]) -> None:
+    for field in dataclasses.fields(node):
+        if field.name not in data:
+            continue  # a field newer than the record: its default, what that run used
+        value, current = data[field.name], getattr(node, field.name)
+        if dataclasses.is_dataclass(current):
+            if isinstance(value, dict):
+                _fill(current, value)
+        elif isinstance(value, dict):
+            setattr(node, field.name, dict(value))
+        else:
+            setattr(node, field.name, _tuples(value))
+
+
+def config_from_dict(data: dict[str, Any]) -> ApexConfig:
+    """The ApexConfig of a dict written by `to_dict` (RUN_DIR/config.json, a
+    checkpoint manifest, policy.json): JSON lists back to tuples, fields the
+    record lacks (newer than it) at their defaults."""
+    config = ApexConfig()
+    _fill(config, data)
+    return config

@@ -147,6 +147,46 @@ class ActorConfig:
     program is stopped with stop_reason 'node failed'."""
     restart_backoff_seconds: float = 1.0
     """First wait before restarting a failed actor; doubles per restart, at most 30 s."""
+    inference: str = "local"
+    """Where actors get Q-values: 'local' (each actor runs its own copy of the
+    network on parameters it pulls) or 'central' (the inference node in the
+    learner's process batches every actor's observations; actors hold no
+    network). Knobs in `inference`; apex/inference.py."""
+
+
+@dataclasses.dataclass
+class ModelStoreConfig:
+    """The model store (apex/model_store.py): a node that holds the parameters the
+    learner pushes and serves them to the actors and the evaluator."""
+
+    enabled: bool = False
+    """True: the learner pushes every `push_period_steps` SGD steps to the store,
+    and actors and the evaluator pull from the store (N actors cost the learner
+    one push per version, not N pulls); the store keeps the best evaluated
+    parameters. False: they pull from the learner, which keeps the best."""
+    keep_last: int = 3
+    """Versions the store holds (the newest first): the evaluator's result is
+    matched to the exact version it evaluated."""
+    push_period_steps: int = 25
+    """Learner SGD steps between two pushes (with actor.params_update_period, it
+    sets the actors' policy lag)."""
+
+
+@dataclasses.dataclass
+class InferenceConfig:
+    """The central inference node (actor.inference='central'), in the learner's process."""
+
+    max_batch: int = 256
+    """The most observations in one forward pass (at least actor.envs_per_actor:
+    one actor's request is never split)."""
+    max_wait_ms: float = 2.0
+    """The longest a batch waits for more requests after its first one. A batch
+    also goes as soon as every actor has a request in it."""
+    params_period_seconds: float = 0.1
+    """Seconds between the server's reads of the learner's newest parameters
+    (in-process: no network pull)."""
+    call_timeout_seconds: float = 30.0
+    """An actor's request fails after this long (a dead server never hangs an actor)."""
 
 
 @dataclasses.dataclass
@@ -286,6 +326,8 @@ class ClusterConfig:
     """CPUs the replay server's process takes when it is a node of its own."""
     coordinator_cpus: float = 0.5
     """CPUs of the coordinator's process (with the evaluator in it)."""
+    model_store_cpus: float = 0.5
+    """CPUs of the model store's process (model_store.enabled)."""
     actor_cpus: float = 1.0
     """CPUs each actor's process takes."""
     learner_gpus: float = 0.0
@@ -311,6 +353,8 @@ class ApexConfig:
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     r2d2: R2D2Config = dataclasses.field(default_factory=R2D2Config)
     actor: ActorConfig = dataclasses.field(default_factory=ActorConfig)
+    inference: InferenceConfig = dataclasses.field(default_factory=InferenceConfig)
+    model_store: ModelStoreConfig = dataclasses.field(default_factory=ModelStoreConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
     stop: StopConfig = dataclasses.field(default_factory=StopConfig)

@@ -20,6 +20,7 @@ from apex.config.schema import (
     EnvConfig,
 )
 from apex.errors import ConfigError
+from apex.inference import INFERENCE_MODES
 
 
 def _check(cond: bool, field: str, value: Any, valid: str) -> None:
@@ -67,6 +68,13 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("actor.report_period_seconds", "num>0", False),
     ("actor.max_restarts", "int>=0", False),
     ("actor.restart_backoff_seconds", "num>=0", False),
+    ("inference.max_batch", "int>=1", False),
+    ("model_store.keep_last", "int>=1", False),
+    ("model_store.push_period_steps", "int>=1", False),
+    ("cluster.model_store_cpus", "num>=0", False),
+    ("inference.max_wait_ms", "num>=0", False),
+    ("inference.params_period_seconds", "num>0", False),
+    ("inference.call_timeout_seconds", "num>0", False),
     ("env.fault_every", "int>=1", True),
     ("checkpoint.period_seconds", "num>0", True),
     ("checkpoint.keep", "int>=1", False),
@@ -182,6 +190,41 @@ def _get(config: Any, path: str) -> Any:
     return config
 
 
+def _check_inference(c: ApexConfig) -> None:
+    _check(
+        isinstance(c.model_store.enabled, bool),
+        "model_store.enabled",
+        c.model_store.enabled,
+        "True or False",
+    )
+    _check(
+        c.actor.inference in INFERENCE_MODES,
+        "actor.inference",
+        c.actor.inference,
+        f"one of {list(INFERENCE_MODES)}",
+    )
+    e = c.actor.envs_per_actor
+    _check(
+        c.inference.max_batch >= e,
+        "inference.max_batch",
+        c.inference.max_batch,
+        f"at least actor.envs_per_actor ({e}): one actor's request of {e} observations "
+        "is never split",
+    )
+    _check(
+        c.inference.max_wait_ms <= 1000,
+        "inference.max_wait_ms",
+        c.inference.max_wait_ms,
+        "a number of milliseconds in [0, 1000]",
+    )
+    _check(
+        c.inference.call_timeout_seconds >= 1,
+        "inference.call_timeout_seconds",
+        c.inference.call_timeout_seconds,
+        "a number of seconds >= 1 (a request may wait for a batch and a forward pass)",
+    )
+
+
 def validate(config: ApexConfig) -> None:
     """Raises ConfigError for the first invalid field; returns None if all are valid."""
     c = config
@@ -213,6 +256,7 @@ def validate(config: ApexConfig) -> None:
             value,
             "None or the name of a custom Ray resource, e.g. 'apex_learner'",
         )
+    _check_inference(c)
     r, lr, s = c.replay, c.learner, c.stop
     _check(
         r.min_size <= r.capacity,
@@ -301,7 +345,13 @@ def unused_fields(config: ApexConfig, launcher: str = "local") -> list[str]:
     (the r2d2 section for a feed-forward agent, conv settings for an mlp torso,
     the cluster section for a local launch): said before launch, never dropped
     silently. Atari-only env fields for another env are refused by `validate`."""
-    from apex.config.schema import ClusterConfig, LearnerConfig, R2D2Config
+    from apex.config.schema import (
+        ClusterConfig,
+        InferenceConfig,
+        LearnerConfig,
+        ModelStoreConfig,
+        R2D2Config,
+    )
 
     notes = []
     if not get_builder(config).recurrent:
@@ -317,6 +367,20 @@ def unused_fields(config: ApexConfig, launcher: str = "local") -> list[str]:
             notes.append(
                 f"learner.{', learner.'.join(changed)} set, but learner.torso="
                 f"{config.learner.torso!r}: unused (conv_layers apply with torso='conv')"
+            )
+    if config.actor.inference != "central":
+        changed = _changed(config.inference, InferenceConfig())
+        if changed:
+            notes.append(
+                f"inference.{', inference.'.join(changed)} set, but actor.inference="
+                f"{config.actor.inference!r}: unused (the knobs apply with 'central')"
+            )
+    if not config.model_store.enabled:
+        changed = _changed(config.model_store, ModelStoreConfig(), ("enabled",))
+        if changed:
+            notes.append(
+                f"model_store.{', model_store.'.join(changed)} set, but model_store.enabled "
+                "is False: unused"
             )
     if launcher != "ray":
         changed = _changed(config.cluster, ClusterConfig())

@@ -1,6 +1,8 @@
 """The Ape-X actor: n-step transitions with initial priorities from the actor's
 own Q-values (the bootstrap value comes from the same forward pass that picks
-the next action)."""
+the next action). Each transition records the parameter version of the
+Q-values its action was picked with: the actor's own, or the inference
+server's (actor.inference='central')."""
 
 from __future__ import annotations
 
@@ -22,14 +24,13 @@ class VectorActor(Actor):
     def step(self) -> int:
         """One vector step of every env; returns the number of transitions written."""
         if self._sync_weights() or self._q is None:
-            self._q = self._forward(self._obs)
-        q = self._q
+            self._q, _, self._q_version = self._forward(self._obs)
+        q, version = self._q, self._q_version
         e = self._num_envs
         greedy = q.argmax(axis=1)
         explore = self._rng.random(e) < self._epsilons
         actions = np.where(explore, self._rng.integers(0, self._num_actions, size=e), greedy)
         q_taken = q[np.arange(e), actions]
-        version = self._variables.version
         next_obs = np.empty_like(self._obs)
         rewards = np.empty(e, np.float32)
         terminated = np.zeros(e, bool)
@@ -50,11 +51,11 @@ class VectorActor(Actor):
         acting_obs = next_obs.copy()
         for j, o in reset_obs.items():
             acting_obs[j] = o
-        q_next = self._forward(acting_obs)
+        q_next, _, next_version = self._forward(acting_obs)
         next_value = q_next.max(axis=1)
         trunc_rows = [j for j in reset_obs if truncated[j] and not terminated[j]]
         if trunc_rows:
-            next_value[trunc_rows] = self._forward(next_obs[trunc_rows]).max(axis=1)
+            next_value[trunc_rows] = self._forward(next_obs[trunc_rows])[0].max(axis=1)
         batch = self._acc.add(
             self._obs,
             actions,
@@ -69,7 +70,7 @@ class VectorActor(Actor):
         written = 0 if batch is None else self._write(batch, batch["td"])
         self._end_episodes(rewards, reset_obs)
         self._obs = acting_obs
-        self._q = q_next
+        self._q, self._q_version = q_next, next_version
         self.env_steps += e
         self.items_written += written
         return written

@@ -21,7 +21,7 @@ class RecurrentActor(Actor):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._state = self._policy.initial_state(self._num_envs)
+        self._state = self._qs.initial_state(self._num_envs)
         self._discount = float(self._config.replay.discount)
 
     def _make_accumulator(self) -> SequenceAccumulator:
@@ -57,7 +57,7 @@ class RecurrentActor(Actor):
         self._sync_weights()
         e = self._num_envs
         state = self._state
-        q, next_state = self._policy(self._obs, state)
+        q, next_state, version = self._forward(self._obs, state)
         greedy = q.argmax(axis=1)
         explore = self._rng.random(e) < self._epsilons
         actions = np.where(explore, self._rng.integers(0, self._num_actions, size=e), greedy)
@@ -83,7 +83,7 @@ class RecurrentActor(Actor):
             discounts,
             q,
             state,
-            np.full(e, self._variables.version),
+            np.full(e, version),
             done,
         )
         h, c = next_state

@@ -1,0 +1,164 @@
+"""Central inference and the model store in real programs: a local_mp run with
+actor.inference='central' and model_store.enabled learns CartPole within the
+default test's env-step budget; its replay holds right items with the server's
+versions; the store served the evaluator and holds the best; the figures are
+documented and shown by tools.status and tools.plot. And the inference node's
+loop raises (so the node reports 'node failed') when its forward pass fails,
+while no actor waiting on it hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from apex import checkpointing
+from apex.inference import BatchingServer, ServerStopped, follow_learner
+from tests.procs import ROOT
+
+
+def _documented(component: str) -> set[str]:
+    text = open(os.path.join(ROOT, "docs", "metrics.md")).read()
+    return set(re.findall(rf"`({component}/[a-z0-9_]+)`", text))
+
+
+def _tool(module: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs `python -m module args` to completion; asserts exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def _rows(run_dir: str, component: str) -> list[dict]:
+    with open(os.path.join(run_dir, "metrics", f"{component}.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.mark.integration
+@pytest.mark.learning
+@pytest.mark.timeout(600)
+def test_central_inference_with_a_model_store_learns_cartpole_within_the_default_budget(
+    tmp_path,
+):
+    from apex.replay import checkpoint_reader as cr
+    from apex.replay.tables import unpack_item
+    from tests.procs import run_train, wait_until_gone
+    from tests.replay_checks import assert_cartpole_nstep
+
+    run_dir = str(tmp_path / "run")
+    # The budget of tests/test_learning.py::test_default_config_solves_cartpole.
+    out, s, token = run_train(
+        run_dir,
+        "--config.actor.inference=central",
+        "--config.model_store.enabled=true",
+        "--config.stop.when_solved=true",
+        "--config.stop.max_wall_seconds=None",
+        "--config.stop.max_actor_steps=600000",
+        timeout=560,
+    )
+    wait_until_gone(token)
+    print("central:", json.dumps({k: s.get(k) for k in sorted(s) if k != "eval_returns"}))
+    assert s["stop_reason"] == "solved", s
+    assert s["solved_at_env_steps"] is not None and s["solved_at_env_steps"] <= 600000, s
+
+    # The server batched: every row's keys documented; both actors' requests met.
+    inference = _rows(run_dir, "inference")
+    assert inference and {k for r in inference for k in r} - {"time"} <= _documented("inference")
+    assert max(r.get("inference/batch_requests_p90", 0) for r in inference) >= 2
+    assert inference[-1]["inference/requests"] > 0
+    # Actors acted on the server's versions, which moved with the learner.
+    actor_rows = _rows(run_dir, "actor_0")
+    assert actor_rows[-1]["actor/param_version"] > 0 and actor_rows[-1]["actor/param_updates"] > 1
+
+    # The model store served the evaluator and keeps the best, as summary.json says.
+    store = _rows(run_dir, "model_store")
+    assert store and {k for r in store for k in r} - {"time"} <= _documented("model_store")
+    last = store[-1]
+    assert last["model_store/pushes"] > 1 and last["model_store/pulls"] > 0
+    assert last["model_store/best_version"] == s["best_eval_version"]
+    assert last["model_store/best_return"] == s["best_eval_return_mean"]
+    final = checkpointing.load(checkpointing.latest_complete(run_dir))
+    assert int(final.learner["best_version"]) == s["best_eval_version"]
+    assert float(final.learner["best_return_mean"]) == s["best_eval_return_mean"]
+    assert int(final.learner["store_version"]) <= int(final.learner["steps"])
+
+    # The replay (the stop's checkpoint): right n-step values, actors 0 and 1,
+    # versions the learner had reached, most of them past the first.
+    gamma, n = 0.99, 3
+    versions = []
+    actors = set()
+    for item in cr.iter_items(final.replay_path, "transitions"):
+        data = unpack_item(item.data)
+        assert_cartpole_nstep(data, gamma, n)
+        actors.add(int(data["actor"]))
+        versions.append(int(data["version"]))
+    assert actors == {0, 1} and len(versions) == 20_000
+    assert max(versions) <= int(final.learner["steps"]) and np.median(versions) > 0
+
+    # tools.status and tools.plot show both roles.
+    status = _tool("tools.status", run_dir)
+    assert re.search(r"^inference: [\d,]+ requests/s", status.stdout, re.M), status.stdout
+    assert f"best version {s['best_eval_version']:,}" in status.stdout, status.stdout
+    _tool("tools.plot", run_dir)
+    assert os.path.getsize(os.path.join(run_dir, "plots", "inference.png")) > 0
+
+
+class _Learner:
+    """The learner as the inference node sees it in-process: steps and get_variables."""
+
+    def __init__(self, weights):
+        self.steps = 4
+        self.weights = weights
+
+    def get_variables(self):
+        return self.steps, self.weights, {"max_priority": 1.0}
+
+
+class _Policy:
+    def set_weights(self, weights):
+        self.w = weights[0]
+
+    def __call__(self, obs, state=None):
+        return obs @ self.w, None  # misshapen weights raise here
+
+
+def test_the_node_loop_raises_when_the_forward_pass_fails_and_no_caller_hangs():
+    import threading
+
+    server = BatchingServer(_Policy(), 8, 0.0, obs_shape=(2,))
+    learner = _Learner([np.eye(3, dtype=np.float32)])  # 3x3 weights for 2-d observations
+    stop = threading.Event()
+    rows: list[dict] = []
+    raised: list[BaseException] = []
+
+    def loop():
+        try:
+            follow_learner(server, learner, stop.is_set, stop.wait, 0.01, 0.0, rows.append)
+        except BaseException as err:  # noqa: BLE001 - asserted below
+            raised.append(err)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    try:
+        # A request of the wrong shape fails alone, before any batch.
+        with pytest.raises(ValueError, match=r"observations of shape \[N, 2\] expected"):
+            server.infer(np.ones((1, 5), np.float32), timeout=60)
+        # A forward pass that fails: its caller gets ServerStopped naming the error...
+        with pytest.raises(ServerStopped, match="ValueError"):
+            server.infer(np.ones((1, 2), np.float32), timeout=60)
+        t.join(60)  # ...and the node's loop raises it (the node then reports it)
+        assert not t.is_alive() and raised and isinstance(raised[0], ValueError)
+        with pytest.raises(ServerStopped):  # later callers: at once, never a hang
+            server.infer(np.ones((1, 2), np.float32), timeout=60)
+    finally:
+        stop.set()
+        t.join(60)
+        server.close()
+    assert rows and rows[0]["inference/param_version"] in (-1.0, 4.0)
