@@ -665,7 +665,6 @@ class InferenceNode:
             obs_shape=tuple(spec.observation_shape),
         )
         self._metrics = _metrics(config, run_dir, "inference", "inference/requests")
-        self._learner_steps = 0
 
     # ------------------------------------------------------------------ RPCs
     def infer(self, obs, h=None, c=None):
@@ -789,6 +788,10 @@ class ModelStoreNode:
 
     def stats(self) -> dict:
         return self._store.stats()
+
+    def close(self) -> None:
+        """Stops the heartbeat; `run` does it at its end (for a store made by hand)."""
+        self._heartbeat.close()
 
     # -------------------------------------------------------------------- run
     def run(self) -> None:

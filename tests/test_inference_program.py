@@ -162,3 +162,52 @@ def test_the_node_loop_raises_when_the_forward_pass_fails_and_no_caller_hangs():
         t.join(60)
         server.close()
     assert rows and rows[0]["inference/param_version"] in (-1.0, 4.0)
+
+
+class _Coordinator:
+    """What a node calls on the coordinator: beats and metrics rows, kept."""
+
+    def __init__(self):
+        self.beats: list = []
+        self.rows: list = []
+
+    def heartbeat(self, beat) -> None:
+        self.beats.append(beat)
+
+    def write_metrics(self, component, step_key, row) -> None:
+        self.rows.append((component, row))
+
+
+def test_a_resumed_model_store_serves_the_checkpoints_newest_version_and_best_at_once(tmp_path):
+    from apex.config import ApexConfig, to_dict
+    from apex.model_store import ModelStore
+    from launch.nodes import ModelStoreNode
+
+    saved = ModelStore()
+    weights = {v: [np.full((2, 2), v, np.float32), np.full(3, -v, np.float32)] for v in (5, 9)}
+    for v in (5, 9):
+        saved.push(v, weights[v], {"max_priority": 2.0})
+    saved.offer_best(480.0, 5)
+    saved.offer_best(120.0, 9)  # a later, worse evaluation
+    state = {"steps": np.asarray(9), **saved.get_state()}
+    manifest = {"format": checkpointing.FORMAT, "config": to_dict(ApexConfig())}
+    replay = tmp_path / "reverb"
+    replay.mkdir()
+    (replay / "DONE").write_text("")
+    path = checkpointing.write(
+        str(tmp_path), 9, state, {"learner_steps": 9}, manifest, str(replay), 2
+    )
+
+    node = ModelStoreNode(ApexConfig(), _Coordinator(), path)
+    try:
+        version, served, info = node.get_variables()
+        assert version == 9 and info["max_priority"] == 2.0
+        for a, b in zip(served, weights[9]):
+            np.testing.assert_array_equal(a, b)
+        assert node.best() == (480.0, 5)
+        best_version, best = node.best_variables()
+        assert best_version == 5
+        for a, b in zip(best, weights[5]):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        node.close()
