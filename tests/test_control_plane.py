@@ -1,11 +1,14 @@
 """The control plane: beats, liveness, 'finished' and remote metrics travel as
 calls to the coordinator; nothing is read back from files to decide."""
 
+import copy
 import json
 import os
 import subprocess
 import sys
 import time
+
+import pytest
 
 from apex import heartbeat as hb
 from apex.coordination import Coordinator
@@ -144,3 +147,31 @@ def test_the_progress_line_never_shows_fewer_env_steps_than_replay_items(small_c
     assert "env_steps 20,000 " in line and "replay 20,000/20,000" in line
     c.report_actor(0, 25_000, 12, [])  # a fresher report wins again
     assert "env_steps 25,000 " in c.progress_line({})
+
+
+@pytest.mark.parametrize(
+    "field,value,reason",
+    [
+        ("max_actor_steps", 100, "max_actor_steps"),
+        ("max_learner_steps", 10, "max_learner_steps"),
+        ("max_wall_seconds", 50.0, "max_wall_seconds"),
+    ],
+)
+def test_each_stop_criterion_is_decided_when_reached_and_not_before(
+    small_config, field, value, reason
+):
+    config = copy.deepcopy(small_config)
+    config.stop.max_actor_steps = config.stop.max_learner_steps = None
+    config.stop.max_wall_seconds = None
+    setattr(config.stop, field, value)
+    started = time.time() - (10.0 if field != "max_wall_seconds" else 0.0)
+    c = Coordinator(config, "", start_time=started)
+    c.report_actor(0, 99, 0, [], started)
+    c.report_learner(9, started, {})
+    assert c.check_stop() is None
+    c.report_actor(0, 100, 0, [], started)
+    c.report_learner(10, started, {})
+    if field == "max_wall_seconds":
+        assert c.check_stop() is None  # 100 env steps and 10 learner steps stop nothing here
+        c = Coordinator(config, "", start_time=time.time() - 50.0)
+    assert c.check_stop() == reason

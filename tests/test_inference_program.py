@@ -102,6 +102,22 @@ def test_central_inference_with_a_model_store_learns_cartpole_within_the_default
     assert actors == {0, 1} and len(versions) == 20_000
     assert max(versions) <= int(final.learner["steps"]) and np.median(versions) > 0
 
+    # Export then play the best (the store's record, through the checkpoint):
+    # `play` on its recorded seed reproduces the evaluation return of that version.
+    from tests.test_policy_tool import _meta, _returns
+
+    folder = str(tmp_path / "policy")
+    _tool("tools.policy", "export", run_dir, f"--out={folder}")
+    meta = _meta(folder)
+    assert meta["source"]["checkpoint"] == final.path
+    assert meta["version"] == s["best_eval_version"]
+    assert meta["eval_return"] == s["best_eval_return_mean"]
+    assert meta["evaluation"]["seed"] is not None and meta["evaluation"]["episodes"] == 10
+    with open(os.path.join(run_dir, "versions.json")) as f:
+        assert meta["git_commit"] == json.load(f)["git_commit"]
+    played = _tool("tools.policy", "play", folder, "--episodes=10")
+    assert np.mean(_returns(played.stdout)) == meta["eval_return"], played.stdout
+
     # tools.status and tools.plot show both roles.
     status = _tool("tools.status", run_dir)
     assert re.search(r"^inference: [\d,]+ requests/s", status.stdout, re.M), status.stdout

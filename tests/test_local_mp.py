@@ -30,24 +30,28 @@ def read(path):
 @pytest.mark.timeout(240)
 def test_stop_criterion_writes_summary_and_leaves_no_process(tmp_path):
     run_dir = str(tmp_path / "run")
+    # A stop on learner steps, not wall seconds: a loaded machine (CI's other
+    # worker) once took 20 s to its first env step. The wall criterion's decision
+    # is unit-tested (tests/test_control_plane.py).
     out, s, token = run_train(
         run_dir,
-        "--config.stop.max_wall_seconds=20",
+        "--config.stop.max_learner_steps=200",
+        "--config.stop.max_wall_seconds=None",
         "--config.stop.max_actor_steps=None",
         "--config.replay.min_size=500",
         timeout=200,
     )
     for key in SUMMARY_KEYS:
         assert key in s
-    assert s["stop_reason"] == "max_wall_seconds"
-    assert s["wall_seconds"] >= 20  # it ran until the criterion, not shorter
-    assert s["env_steps"] > 1000 and s["learner_steps"] > 10
+    assert s["stop_reason"] == "max_learner_steps"
+    assert s["learner_steps"] >= 200  # it ran until the criterion, not shorter
+    assert s["env_steps"] > 1000
     assert s["first_learner_step_seconds"] > 0
     assert s["samples_per_insert"] > 0 and s["eval_return_mean"] is not None
     assert "[apex" in out and "env_steps" in out  # the progress line reached the terminal
     # Run directory contents.
     cfg = read(os.path.join(run_dir, "config.json"))
-    assert cfg["stop"]["max_wall_seconds"] == 20.0
+    assert cfg["stop"]["max_learner_steps"] == 200 and cfg["stop"]["max_wall_seconds"] is None
     versions = read(os.path.join(run_dir, "versions.json"))
     assert versions["packages"]["dm-reverb"] == "0.7.0" and "git_commit" in versions
     for name in ("learner", "coordinator", "evaluator", "actor_0", "actor_1"):

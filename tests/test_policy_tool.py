@@ -476,48 +476,5 @@ def test_cli_refusals_exit_2_with_one_line_and_no_traceback(tmp_path):
         assert out.stderr.startswith(f"tools.policy: {tmp_path} is not ")
 
 
-# ------------------------------------------------------------------ a real run
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_export_and_play_a_trained_run(tmp_path):
-    from tests.procs import run_train
-
-    run_dir = str(tmp_path / "run")
-    _, summary, _ = run_train(  # stops on learner steps: evaluations happen on a loaded box too
-        run_dir,
-        "--config.stop.max_learner_steps=3000",
-        "--config.stop.max_wall_seconds=None",
-        "--config.stop.max_actor_steps=None",
-        "--config.replay.min_size=500",
-        "--config.evaluation.episodes=4",
-        timeout=240,
-    )
-    assert summary["eval_return_mean"] is not None, summary
-    folder = str(tmp_path / "policy")
-    out = subprocess.run(
-        [sys.executable, "-m", "tools.policy", "export", run_dir, f"--out={folder}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    meta = _meta(folder)
-    final = checkpointing.load(checkpointing.latest_complete(run_dir))
-    assert meta["source"]["checkpoint"] == final.path
-    assert meta["version"] == int(final.learner["best_version"])
-    assert meta["eval_return"] == float(final.learner["best_return_mean"])
-    assert meta["evaluation"]["seed"] is not None and meta["evaluation"]["episodes"] == 4
-    with open(os.path.join(run_dir, "versions.json")) as f:
-        assert meta["git_commit"] == json.load(f)["git_commit"]
-    out = subprocess.run(
-        [sys.executable, "-m", "tools.policy", "play", folder, "--episodes=4"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert np.mean(_returns(out.stdout)) == meta["eval_return"], out.stdout
+# A real run's export and play: tests/test_inference_program.py (its learning run,
+# whose best parameters come from the model store through the checkpoint).
