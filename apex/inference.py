@@ -41,15 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from apex.model_store import NoParameters  # one "no parameters yet" error for every source
+
 State = tuple[np.ndarray, np.ndarray]
 # A forward pass: (observations [B, ...], state or None) -> (q [B, A], state or None).
 Forward = Callable[[np.ndarray, "State | None"], tuple[np.ndarray, "State | None"]]
 
 INFERENCE_MODES = ("local", "central")
-
-
-class NoParameters(RuntimeError):
-    """The inference server has no parameters yet (the learner is starting)."""
 
 
 class ServerStopped(RuntimeError):
@@ -166,10 +164,6 @@ class BatchingServer:
         with self._lock:
             return self._pending[0] if self._pending is not None else self.version
 
-    def has_parameters(self) -> bool:
-        with self._lock:
-            return self.version >= 0 or self._pending is not None
-
     # -------------------------------------------------------------- requests
     def infer(
         self, obs: np.ndarray, state: State | None = None, timeout: float | None = None
@@ -178,7 +172,7 @@ class BatchingServer:
         blocks the calling thread until its batch has run."""
         if self._stopped.is_set():
             raise ServerStopped(self._stopped_reason())
-        if not self.has_parameters():
+        if self.newest_version() < 0:
             raise NoParameters("the inference server has no parameters yet")
         obs = np.asarray(obs)
         if obs.ndim < 1 or (self._obs_shape is not None and obs.shape[1:] != self._obs_shape):
@@ -389,19 +383,38 @@ def follow_learner(
         raise server.error
 
 
-def infer_reply(
-    server: BatchingServer,
-    obs: np.ndarray,
-    h: np.ndarray | None = None,
-    c: np.ndarray | None = None,
-    timeout: float | None = None,
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int, float]:
-    """The inference RPC's answer, as plain values a courier call carries:
-    (q, h, c, version, max_priority); h and c are None for a feed-forward net."""
-    state = None if h is None else (h, c)
-    q, new_state, version, info = server.infer(obs, state, timeout=timeout)
-    h2, c2 = (None, None) if new_state is None else new_state
-    return q, h2, c2, version, float(info.get("max_priority", 0.0) or 0.0)
+class InferenceService:
+    """The inference node's RPCs over a BatchingServer: what an actor's handle
+    calls (`infer`, `version`) and the node's figures (`stats`). The node
+    (launch.nodes.InferenceNode) is one; tests and bench/inference.py serve
+    it in-process or over a Courier server of their own.
+
+    Args:
+      server: the BatchingServer.
+      timeout: seconds a request may wait for its answer (inference.call_timeout_seconds).
+    """
+
+    def __init__(self, server: BatchingServer, timeout: float | None = None):
+        self._server = server
+        self._timeout = timeout
+
+    def infer(
+        self, obs: np.ndarray, h: np.ndarray | None = None, c: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, int, float]:
+        """(q, h, c, version, max_priority) for an actor's observations (and state),
+        as plain values a courier call carries; h and c are None for a feed-forward net."""
+        state = None if h is None else (h, c)
+        q, new_state, version, info = self._server.infer(obs, state, timeout=self._timeout)
+        h2, c2 = (None, None) if new_state is None else new_state
+        return q, h2, c2, version, float(info.get("max_priority", 0.0) or 0.0)
+
+    def version(self) -> int:
+        """The parameter version served (-1 before the first parameters)."""
+        return self._server.newest_version()
+
+    def stats(self) -> dict:
+        """The figures since the last call (docs/metrics.md, inference/...)."""
+        return self._server.stats()
 
 
 # ------------------------------------------------------------ actors' side

@@ -527,7 +527,7 @@ class Learner(acme_core.Saveable):
         if its evaluation mean is at least the best so far (a tie keeps the
         newer, more trained one; apex.model_store.BestParams). Returns whether
         it was kept."""
-        shapes = [tuple(w.shape) for w in self._online.get_weights()]
+        shapes = [tuple(v.shape) for v in self._online.weights]
         with self._best_lock:
             return self._best.offer(return_mean, version, weights, shapes=shapes)
 

@@ -42,7 +42,8 @@ STORE_INFO_PREFIX = "store_info/"
 
 
 class NoParameters(RuntimeError):
-    """The store has no parameters yet (nothing was pushed); pull again later."""
+    """No parameters yet (nothing pushed to the store, nothing set on the inference
+    server: the learner is starting); ask again later."""
 
 
 def frozen(weights: Sequence[np.ndarray]) -> list[np.ndarray]:

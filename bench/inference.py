@@ -7,7 +7,7 @@ the latency-batching curve, the actors' memory, and the forward-pass costs on pa
 
 **Live** (per net, one group of processes for the whole run): one inference
 process (a courier server, as launch.nodes.InferenceNode: apex's BatchingServer
-over apex's ActingPolicy, the `infer` RPC answered by apex.inference.infer_reply;
+over apex's ActingPolicy, the `infer` RPC answered by apex.inference.InferenceService;
 a thread hands it "new" parameters every `inference.params_period_seconds`, as
 follow_learner does for a training learner; it is also the variable source local
 actors pull from, answering each pull with a new version), K_max local actors and
@@ -62,6 +62,8 @@ from typing import Any
 import numpy as np
 import psutil
 from common import ROOT, header, save_results
+
+from apex.inference import InferenceService
 
 sys.path.insert(0, ROOT)
 
@@ -145,34 +147,22 @@ class TimedQ:
         return out
 
 
-class _BenchInference:
-    """The inference process's RPCs: InferenceNode's `infer` and `version`, a
-    learner's `get_variables` (a new version each pull, as a training learner),
-    and the bench's `stats` and `configure`."""
+class _BenchInference(InferenceService):
+    """The inference process's RPCs: InferenceNode's `infer`, `version` and
+    `stats` (apex.inference.InferenceService), a learner's `get_variables` (a
+    new version each pull, as a training learner), and the bench's `configure`."""
 
     def __init__(self, server: Any, weights: list[np.ndarray], timeout: float):
-        self._server = server
+        super().__init__(server, timeout)
         self._weights = weights
-        self._timeout = timeout
         self._lock = threading.Lock()
         self._pulls = 0
-
-    def infer(self, obs, h=None, c=None):
-        from apex.inference import infer_reply
-
-        return infer_reply(self._server, obs, h, c, timeout=self._timeout)
-
-    def version(self) -> int:
-        return self._server.newest_version()
 
     def get_variables(self):
         with self._lock:
             self._pulls += 1
             version = self._pulls
         return version, self._weights, {"max_priority": 1.0}
-
-    def stats(self) -> dict:
-        return self._server.stats()
 
     def configure(self, wait_ms: float, expected_clients: int) -> None:
         """inference.max_wait_ms and the number of actors sending requests."""

@@ -42,7 +42,7 @@ from apex.coordination import Coordinator
 from apex.envs import EnvSpec
 from apex.evaluation import Evaluator
 from apex.exploration import slot_epsilons
-from apex.inference import follow_learner, infer_reply
+from apex.inference import InferenceService, follow_learner
 from apex.learner import Learner
 from apex.lifecycle import STOP_WINDOW
 from apex.metrics import MetricsWriter, RemoteMetrics
@@ -635,7 +635,7 @@ class ActorNode:
                 actor.close()
 
 
-class InferenceNode:
+class InferenceNode(InferenceService):
     """The central inference server (actor.inference='central', apex.inference):
     in the learner's process, it reads the learner's newest parameters there
     every `inference.params_period_seconds` and answers the actors' `infer`
@@ -656,7 +656,7 @@ class InferenceNode:
         self._coordinator = coordinator
         self._run_dir = run_dir
         ic = config.inference
-        self._server = BatchingServer(
+        server = BatchingServer(
             ActingPolicy(config, spec),
             ic.max_batch,
             ic.max_wait_ms / 1000.0,
@@ -664,22 +664,8 @@ class InferenceNode:
             pad=config.learner.torso != "mlp",
             obs_shape=tuple(spec.observation_shape),
         )
+        super().__init__(server, timeout=ic.call_timeout_seconds)  # infer, version, stats
         self._metrics = _metrics(config, run_dir, "inference", "inference/requests")
-
-    # ------------------------------------------------------------------ RPCs
-    def infer(self, obs, h=None, c=None):
-        """(q, h, c, version, max_priority) for an actor's observations (and state)."""
-        return infer_reply(
-            self._server, obs, h, c, timeout=self._config.inference.call_timeout_seconds
-        )
-
-    def version(self) -> int:
-        """The parameter version served (-1 before the first parameters)."""
-        return self._server.newest_version()
-
-    def stats(self) -> dict:
-        """The figures since the last call (also written to the metrics)."""
-        return self._server.stats()
 
     # -------------------------------------------------------------------- run
     def run(self) -> None:

@@ -4,8 +4,6 @@ FakeVariableSource   a VariableSource serving fixed weights, with a fixed
                      version or one that counts the calls (a training
                      learner), optionally holding calls until released
 RecordingWriter      an ItemWriter that keeps every batch it is given
-InProcessInference   the inference node's RPCs (infer, version) on a real
-                     apex.inference.BatchingServer, called in-process
 """
 
 from __future__ import annotations
@@ -97,20 +95,3 @@ class RecordingWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-class InProcessInference:
-    """The inference node's RPCs (launch.nodes.InferenceNode: `infer`, `version`)
-    answered in-process by a real BatchingServer: what an actor's handle calls."""
-
-    def __init__(self, server: Any, timeout: float = 60.0):
-        self.server = server
-        self.timeout = timeout  # a hang guard
-
-    def infer(self, obs, h=None, c=None):
-        from apex.inference import infer_reply
-
-        return infer_reply(self.server, obs, h, c, timeout=self.timeout)
-
-    def version(self) -> int:
-        return self.server.newest_version()

@@ -19,10 +19,17 @@ from apex.config import ApexConfig, load_config_file, validate
 from apex.envs import env_spec
 from apex.errors import ConfigError
 from apex.exploration import slot_epsilons
-from apex.inference import BatchingServer, LocalQ, RemoteQ, ServerStopped, bucket_size
+from apex.inference import (
+    BatchingServer,
+    InferenceService,
+    LocalQ,
+    RemoteQ,
+    ServerStopped,
+    bucket_size,
+)
 from apex.replay.tables import make_tables, table_name, unpack_item
 from apex.replay.writer import SequenceWriter, TransitionWriter
-from tests.fakes import FakeVariableSource, InProcessInference
+from tests.fakes import FakeVariableSource
 from tests.replay_checks import assert_cartpole_nstep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +106,9 @@ def test_courier_calls_of_several_clients_at_once_go_in_one_forward_pass():
     server = BatchingServer(policy, max_batch=64, max_wait_seconds=HANG_GUARD, expected_clients=6)
     server.set_weights(2, [w])
     (port,) = free_ports(1)
-    rpc = compat.courier_server(InProcessInference(server), port, thread_pool_size=16)
+    rpc = compat.courier_server(
+        InferenceService(server, timeout=HANG_GUARD), port, thread_pool_size=16
+    )
     try:
         clients = [courier.Client(f"localhost:{port}", call_timeout=HANG_GUARD) for _ in range(6)]
         assert clients[0].version() == 2
@@ -235,7 +244,9 @@ def test_central_and_local_inference_give_the_same_q_values_and_greedy_actions(k
     local.sync(0)
     server = BatchingServer(ActingPolicy(config, spec), 64, 0.0, pad=config.learner.torso != "mlp")
     server.set_weights(11, weights, {"max_priority": 4.0})
-    remote = RemoteQ(InProcessInference(server), local.recurrent, config.r2d2.lstm_size)
+    remote = RemoteQ(
+        InferenceService(server, timeout=HANG_GUARD), local.recurrent, config.r2d2.lstm_size
+    )
     rng = np.random.default_rng(0)
     e = 3
     if spec.observation_dtype == np.uint8:
@@ -278,7 +289,9 @@ def test_actors_on_central_inference_write_the_servers_version(name):
         actor_class = RecurrentActor if c.agent == "r2d2" else VectorActor
         # No variable source at all: the actor holds no network.
         with writer_class(client, 1, eps, slot_offset=2) as writer:
-            actor = actor_class(c, 1, None, writer, inference=InProcessInference(server))
+            actor = actor_class(
+                c, 1, None, writer, inference=InferenceService(server, timeout=HANG_GUARD)
+            )
             while actor.items_written < 4:
                 actor.step()
             server.set_weights(9, make_network(c, spec, seed=0).get_weights())
