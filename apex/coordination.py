@@ -466,9 +466,12 @@ class Coordinator:
         return s
 
     def write_summary(self) -> dict[str, Any]:
+        """summary.json, and state.json with the same figures (a run that stops
+        between two state writes still ends with state.json at its last counts)."""
         s = self.summary()
         if self._run_dir:
             write_json_atomic(os.path.join(self._run_dir, "summary.json"), s)
+            self._write_state()
         return s
 
     def _write_state(self) -> None:

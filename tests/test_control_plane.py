@@ -175,3 +175,24 @@ def test_each_stop_criterion_is_decided_when_reached_and_not_before(
         assert c.check_stop() is None  # 100 env steps and 10 learner steps stop nothing here
         c = Coordinator(config, "", start_time=time.time() - 50.0)
     assert c.check_stop() == reason
+
+
+def test_a_stop_between_two_state_writes_leaves_state_json_at_the_final_counts(
+    tmp_path, small_config
+):
+    # Seen: a run stopped 1 s after its first learner step; state.json stayed at
+    # learner step 1 while summary.json said 300 (state is written every few seconds).
+    run_dir = str(tmp_path)
+    c = Coordinator(small_config, run_dir, start_time=time.time())
+    c.final_checkpoint_timeout = 0
+    c.report_actor(0, 500, 3, [])
+    c.report_learner(300, time.time(), {})
+    c.stop("max_learner_steps")
+    with open(os.path.join(run_dir, "state.json")) as f:
+        state = json.load(f)
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert state["learner_steps"] == summary["learner_steps"] == 300
+    assert state["stop_reason"] == "max_learner_steps"
+    assert state["counters"]["learner_steps"] == 300
+    c.close()

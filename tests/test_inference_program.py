@@ -1,8 +1,9 @@
 """Central inference and the model store in real programs: a local_mp run with
-actor.inference='central' and model_store.enabled learns CartPole within the
-default test's env-step budget; its replay holds right items with the server's
-versions; the store served the evaluator and holds the best; the figures are
-documented and shown by tools.status and tools.plot. And the inference node's
+actor.inference='central', model_store.enabled and two replay shards learns
+CartPole within the default test's env-step budget; its replay (both shards)
+holds right items with the server's versions; the store served the evaluator
+and holds the best; the figures are documented and shown by tools.status and
+tools.plot. And the inference node's
 loop raises (so the node reports 'node failed') when its forward pass fails,
 while no actor waiting on it hangs."""
 
@@ -44,9 +45,11 @@ def _rows(run_dir: str, component: str) -> list[dict]:
 @pytest.mark.integration
 @pytest.mark.learning
 @pytest.mark.timeout(600)
-def test_central_inference_with_a_model_store_learns_cartpole_within_the_default_budget(
+def test_central_inference_a_model_store_and_two_shards_learn_cartpole_within_the_budget(
     tmp_path,
 ):
+    # One learning run for three roles (CI's time): central inference, the model
+    # store and replay shards each learn as well as the default program, together.
     from apex.replay import checkpoint_reader as cr
     from apex.replay.tables import unpack_item
     from tests.procs import run_train, wait_until_gone
@@ -58,6 +61,7 @@ def test_central_inference_with_a_model_store_learns_cartpole_within_the_default
         run_dir,
         "--config.actor.inference=central",
         "--config.model_store.enabled=true",
+        "--config.replay.num_shards=2",
         "--config.stop.when_solved=true",
         "--config.stop.max_wall_seconds=None",
         "--config.stop.max_actor_steps=600000",
@@ -89,17 +93,46 @@ def test_central_inference_with_a_model_store_learns_cartpole_within_the_default
     assert float(final.learner["best_return_mean"]) == s["best_eval_return_mean"]
     assert int(final.learner["store_version"]) <= int(final.learner["steps"])
 
-    # The replay (the stop's checkpoint): right n-step values, actors 0 and 1,
+    # Two shards: the launch line, the progress line and summary.json say so,
+    # each shard's figures adding up to the totals.
+    assert "[apex] replay: 2 shards (actor i writes to shard i % 2), each:" in out
+    assert re.search(r"replay [\d,]+/20,000 \([\d,]+\+[\d,]+\)", out), out[-3000:]
+    shards = s["replay_shards"]
+    assert sorted(shards) == ["replay_0", "replay_1"]
+    for key in ("size", "inserts", "samples"):
+        assert all(shards[n][key] > 0 for n in shards), shards
+        assert sum(shards[n][key] for n in shards) == s[f"replay_{key}"], (key, s)
+    with open(os.path.join(run_dir, "replay_addresses")) as f:
+        lines = f.read().splitlines()
+    assert [ln.split(" ")[0] for ln in lines] == ["replay_0", "replay_1"]
+    assert all(re.fullmatch(r"replay_\d \S+:\d+", ln) for ln in lines), lines
+    with open(os.path.join(run_dir, "replay_address")) as f:
+        assert f.read().strip() == lines[0].split(" ")[1]  # shard 0's, as tools read it
+    shard_keys = {
+        re.sub(r"shard_\d+", "shard_0", k) for r in _rows(run_dir, "coordinator") for k in r
+    }
+    shard_keys = {k for k in shard_keys if "shard_" in k}
+    assert shard_keys and shard_keys <= _documented("replay/shard_0"), sorted(shard_keys)
+
+    # The replay (the stop's checkpoint, both shards, each a whole Reverb
+    # Reverb checkpoint): right n-step values, actor i in shard i % 2,
     # versions the learner had reached, most of them past the first.
+    assert s["checkpoint"]["path"] == final.path
+    assert sorted(n for n in os.listdir(final.path) if n.startswith("replay")) == [
+        "replay_0",
+        "replay_1",
+    ]
     gamma, n = 0.99, 3
     versions = []
-    actors = set()
-    for item in cr.iter_items(final.replay_path, "transitions"):
-        data = unpack_item(item.data)
-        assert_cartpole_nstep(data, gamma, n)
-        actors.add(int(data["actor"]))
-        versions.append(int(data["version"]))
-    assert actors == {0, 1} and len(versions) == 20_000
+    for shard, path in enumerate(final.shard_paths):
+        actors = set()
+        for item in cr.iter_items(path, "transitions"):
+            data = unpack_item(item.data)
+            assert_cartpole_nstep(data, gamma, n)
+            actors.add(int(data["actor"]))
+            versions.append(int(data["version"]))
+        assert actors == {shard}, (shard, actors)
+    assert len(versions) == 20_000
     assert max(versions) <= int(final.learner["steps"]) and np.median(versions) > 0
 
     # Export then play the best (the store's record, through the checkpoint):

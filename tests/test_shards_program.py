@@ -1,15 +1,15 @@
 """Replay shards in the program (replay.num_shards > 1): the refusals and the
 launch line per shard, run checkpoints that hold every shard or are not
 complete, the coordinator's totals and per-shard figures, the doctor naming
-the shard, a resume that restores every shard, and real local_mp runs (learns
-CartPole; a killed shard stops the program naming it)."""
+the shard, a resume that restores every shard, and a real local_mp run whose
+killed shard stops the program naming it. (Two shards learning CartPole, with
+central inference: tests/test_inference_program.py.)"""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +23,7 @@ from apex import checkpointing
 from apex import heartbeat as hb
 from apex.config import ApexConfig, rate_limit_plan, to_dict, validate
 from apex.errors import CheckpointError, ConfigError
-from tests.procs import ROOT, train_command, wait_until
+from tests.procs import wait_until
 
 
 def _sharded(num_shards: int = 2) -> ApexConfig:
@@ -384,80 +384,6 @@ def test_resume_restores_every_shard_and_another_shard_count_is_refused(tmp_path
     finally:
         case.doCleanups()
     wait_no_threads_left(before)
-
-
-def _documented_shard_keys() -> set[str]:
-    text = open(os.path.join(ROOT, "docs", "metrics.md")).read()
-    return set(re.findall(r"`(replay/shard_0/[a-z_]+)`", text))
-
-
-@pytest.mark.integration
-@pytest.mark.learning
-@pytest.mark.timeout(600)
-def test_two_shards_learn_cartpole_within_the_default_budget_and_checkpoint_both(tmp_path):
-    from tests.procs import run_train, wait_until_gone
-
-    run_dir = str(tmp_path / "run")
-    # The budget of tests/test_learning.py::test_default_config_solves_cartpole.
-    out, s, token = run_train(
-        run_dir,
-        "--config.replay.num_shards=2",
-        "--config.stop.when_solved=true",
-        "--config.stop.max_wall_seconds=None",
-        "--config.stop.max_actor_steps=600000",
-        timeout=560,
-    )
-    print("two shards:", json.dumps({k: s.get(k) for k in sorted(s) if k != "eval_returns"}))
-    assert s["stop_reason"] == "solved", s
-    assert s["solved_at_env_steps"] is not None and s["solved_at_env_steps"] <= 600000, s
-    assert "[apex] replay: 2 shards (actor i writes to shard i % 2), each:" in out
-    assert re.search(r"replay [\d,]+/20,000 \([\d,]+\+[\d,]+\)", out), out[-3000:]
-    # Both shards' figures, adding up to the totals.
-    shards = s["replay_shards"]
-    assert sorted(shards) == ["replay_0", "replay_1"]
-    for key in ("size", "inserts", "samples"):
-        assert all(shards[n][key] > 0 for n in shards), shards
-        assert sum(shards[n][key] for n in shards) == s[f"replay_{key}"], (key, s)
-    # The stop's checkpoint holds both shards, each a whole Reverb checkpoint.
-    final = checkpointing.load(checkpointing.latest_complete(run_dir))
-    assert s["checkpoint"]["path"] == final.path
-    assert sorted(n for n in os.listdir(final.path) if n.startswith("replay")) == [
-        "replay_0",
-        "replay_1",
-    ]
-    for p in final.shard_paths:
-        table, priorities = _shard_priorities(p)
-        assert table.num_items == len(priorities) > 0 and table.max_size == 10_000
-    # Every shard's address; shard 0's is replay_address, as tools read it.
-    with open(os.path.join(run_dir, "replay_addresses")) as f:
-        lines = f.read().splitlines()
-    assert [ln.split(" ")[0] for ln in lines] == ["replay_0", "replay_1"]
-    assert all(re.fullmatch(r"replay_\d \S+:\d+", ln) for ln in lines), lines
-    with open(os.path.join(run_dir, "replay_address")) as f:
-        assert f.read().strip() == lines[0].split(" ")[1]
-    # Per-shard rows, documented; the shard in a process of its own beat and stopped.
-    with open(os.path.join(run_dir, "metrics", "coordinator.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    written = {re.sub(r"shard_\d+", "shard_0", k) for r in rows for k in r if "shard_" in k}
-    assert written and written <= _documented_shard_keys(), sorted(written)
-    beats = hb.read_heartbeats(run_dir)
-    assert "replay_1" in beats and beats["replay_1"]["state"] == "stopped"
-    wait_until_gone(token)
-    # A resume with another number of shards is refused by the entry point.
-    refused = subprocess.run(
-        train_command(
-            "--config=configs/apex_cartpole.py",
-            f"--config.run_dir={run_dir}",
-            "--config.replay.num_shards=1",
-            "--config.stop.max_actor_steps=900000",
-        ),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    assert "replay.num_shards is 2 in the checkpoint and 1 now" in refused.stderr
 
 
 @pytest.mark.integration
