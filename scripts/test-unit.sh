@@ -7,4 +7,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -p no:cacheprovider -m "not integration and not learning and not cli and not ray" --durations=10 "$@"
+# Two workers (APEX_TEST_WORKERS), one file each at a time, as scripts/test.sh.
+exec .venv/bin/python -m pytest -p no:cacheprovider -n "${APEX_TEST_WORKERS:-2}" --dist loadfile \
+  --no-loadscope-reorder -m "not integration and not learning and not cli and not ray" \
+  --durations=10 "$@"

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Two workers (APEX_TEST_WORKERS; 0 runs in this process), one test file each
-# at a time: a file's tests share its fixtures (e.g. a Ray cluster).
+# at a time: a file's tests share its fixtures (e.g. a Ray cluster). Files go
+# out longest first (tests/conftest.py orders them; xdist keeps that order).
 exec .venv/bin/python -m pytest -p no:cacheprovider -n "${APEX_TEST_WORKERS:-2}" --dist loadfile \
-  --durations=25 "$@"
+  --no-loadscope-reorder --durations=25 "$@"

@@ -240,3 +240,42 @@ def wait_no_threads_left(before: set | None = None, timeout: float = STOP_TIMEOU
         wait_until(lambda: not threads_left(before), timeout, "the program's threads to end")
     except AssertionError as err:
         raise AssertionError(f"{err}; left: {threads_left(before)}") from None
+
+
+_TOOL_DRIVER = r"""
+import contextlib, importlib, io, json, sys, traceback
+from absl import app, flags
+tool = importlib.import_module(sys.argv[1])
+
+results = []
+for argv in json.loads(sys.argv[2]):
+    flags.FLAGS.unparse_flags()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            app.run(tool.main, argv=[sys.argv[1], *argv])
+            rc = 0
+        except SystemExit as e:
+            rc = e.code
+        except BaseException:
+            traceback.print_exc()
+            rc = "traceback"
+    results.append({"argv": argv, "rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def run_tool_lines(module: str, commands: list[list[str]], timeout: float = 240) -> list[dict]:
+    """Runs each command line of the absl tool `module` (its `main` under
+    app.run, flags reset to their defaults in between) in ONE helper process:
+    one TensorFlow import for all of them. Returns, per command line, its argv,
+    rc (the exit code, or "traceback"), stdout and stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _TOOL_DRIVER, module, json.dumps(commands)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

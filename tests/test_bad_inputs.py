@@ -14,7 +14,6 @@ cases run the real entry points, where the exit code and stderr are the point.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -26,6 +25,7 @@ import pytest
 
 from apex.config import ApexConfig
 from apex.errors import ConfigError
+from tests.procs import run_tool_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "configs", "apex_cartpole.py")
@@ -337,28 +337,6 @@ def test_tools_status(setup, code, fragment, tmp_path, capsys):
 # Each case: tools.replay.main under absl's app.run, in one helper process,
 # with the flags reset to their defaults in between.
 
-_DRIVER = r"""
-import contextlib, io, json, sys, traceback
-from absl import app, flags
-import tools.replay as tool
-
-results = {}
-for case_id, argv in json.loads(sys.argv[1]):
-    flags.FLAGS.unparse_flags()
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            app.run(tool.main, argv=["tools.replay", *argv])
-            rc = 0
-        except SystemExit as e:
-            rc = e.code
-        except BaseException:
-            traceback.print_exc()
-            rc = "traceback"
-    results[case_id] = {"rc": rc, "stderr": err.getvalue()}
-print(json.dumps(results))
-"""
-
 
 def _write_checkpoint(root: str) -> str:
     """A real, complete Reverb checkpoint of one table 't' with 5 items; its directory."""
@@ -424,15 +402,8 @@ def replay_results(tmp_path_factory):
     (d / "afile").write_text("not a directory\n")
     names = {**{k: str(p) for k, p in paths.items()}, "good": good, "file": str(d / "afile")}
     cases = [(cid, [a.format(**names) for a in argv]) for cid, argv, _, _ in REPLAY_CASES]
-    proc = subprocess.run(
-        [sys.executable, "-c", _DRIVER, json.dumps(cases)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), names
+    ran = run_tool_lines("tools.replay", [argv for _, argv in cases], timeout=120)
+    return {cid: r for (cid, _), r in zip(cases, ran)}, names
 
 
 @pytest.mark.parametrize(

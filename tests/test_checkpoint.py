@@ -233,36 +233,25 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
     assert final.step == summary["learner_steps"] > 200
     saved_env_steps = sum(final.state["actor_steps"].values())
     assert saved_env_steps > 0
-    # The stopped run's replay is still inspectable: tools.replay reads its checkpoint.
-    import subprocess
-    import sys
+    # The stopped run's replay is still inspectable: tools.replay reads its
+    # checkpoint; stats and watch too: that checkpoint's numbers, once, not "is
+    # it running?" (the three in one process: one TensorFlow import).
+    from tests.procs import run_tool_lines
 
-    from tests.procs import ROOT
-
-    look = subprocess.run(
-        [sys.executable, "-m", "tools.replay", "priorities", f"--run_dir={run_dir}", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    looks = run_tool_lines(
+        "tools.replay",
+        [[verb, f"--run_dir={run_dir}", "--json"] for verb in ("priorities", "stats", "watch")],
     )
-    assert look.returncode == 0, look.stderr[-2000:]
-    assert f"reading the run's newest checkpoint {final.path}" in look.stderr
-    assert json.loads(look.stdout)["checkpoint"] == os.path.join(final.path, "replay")
-    # stats and watch too: the numbers of that checkpoint, once, not "is it running?"
-    for verb in ("stats", "watch"):
-        look = subprocess.run(
-            [sys.executable, "-m", "tools.replay", verb, f"--run_dir={run_dir}", "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert look.returncode == 0, (verb, look.stderr[-2000:])
-        assert f"reading the run's newest checkpoint {final.path}" in look.stderr, verb
-        out = json.loads(look.stdout)
-        tables = out["tables"] if verb == "watch" else out
-        assert tables[0]["size"] > 0, (verb, tables)
+    for look in looks:
+        verb = look["argv"][0]
+        assert look["rc"] == 0, (verb, look["stderr"][-2000:])
+        assert f"reading the run's newest checkpoint {final.path}" in look["stderr"], verb
+        result = json.loads(look["stdout"])
+        if verb == "priorities":
+            assert result["checkpoint"] == os.path.join(final.path, "replay")
+        else:
+            tables = result["tables"] if verb == "watch" else result
+            assert tables[0]["size"] > 0, (verb, tables)
 
     # Resume: the counters continue from the checkpoint.
     proc, token = start_train(

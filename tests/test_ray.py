@@ -79,12 +79,14 @@ def _head_id(cluster) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
+def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_program(
     cluster, tmp_path, monkeypatch
 ):
     """A worker node removed mid-run: its actor runs again on another node and
-    carries on; Ctrl-C then stops in order. The run resumed on the cluster then
-    loses the learner's host: 'node failed', exit 1. Nothing is left after either."""
+    carries on from its counts. The learner's host (its Ray worker) then dies:
+    no restart, the program stops in order, 'node failed', exit 1, and nothing
+    is left. (A Ctrl-C's orderly stop on a cluster, with its final checkpoint:
+    tests/test_ray_simulated.py.)"""
     spare = cluster.add_node(num_cpus=2, resources={"apex_actor": 1})
     cluster.wait_for_nodes()
     # Actors on other hosts need no shared filesystem: here they cannot write the
@@ -138,14 +140,18 @@ def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
             f"the restarted {name} to step envs",
         )
         assert beat["ray_node"] != victim.node_id
-        proc.send_signal(2)  # Ctrl-C: an orderly stop of every node
+        with open(os.path.join(run_dir, "placement.json")) as f:
+            moved_placement = json.load(f)
+        assert moved_placement["nodes"][name]["restarts"] == 1
+        assert moved_placement["nodes"][name]["ray_node"] not in (victim.node_id, None)
+        os.kill(moved_placement["nodes"]["learner"]["host_pid"], 9)  # the learner's host
         proc.wait(timeout=STOP_TIMEOUT)
         reader.join(timeout=STOP_TIMEOUT)
     finally:
         kill_tree(proc, token)
     out = "".join(lines)
     assert "restarted on Ray node" in out, out[-3000:]
-    assert proc.returncode == 130, out[-3000:]
+    assert proc.returncode == 1, out[-3000:]
     for i in (0, 1):  # the guard was on in both actors, and nothing they did needed a write
         assert f"actor_{i}: writes under the run directory are refused" in out, out[-3000:]
     assert "PermissionError" not in out, out[-3000:]
@@ -153,49 +159,8 @@ def test_node_losses_an_actor_s_node_then_after_a_resume_the_learner_s(
         with open(os.path.join(run_dir, "metrics", f"actor_{i}.jsonl")) as f:
             rows = [json.loads(line) for line in f]
         assert rows and rows[-1]["actor/env_steps"] > 0
-        assert _beats(run_dir)[f"actor_{i}"]["state"] == "stopped"
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
-    assert summary["stop_reason"] == "stopped", summary
-    assert summary.get("failure") is None, summary
-    assert summary["checkpoint"], summary  # the final checkpoint was written
-    with open(os.path.join(run_dir, "placement.json")) as f:
-        placed = json.load(f)
-    assert placed["nodes"][name]["restarts"] == 1
-    assert placed["nodes"][name]["ray_node"] not in (victim.node_id, None)
-    wait_until_gone(token)
-    wait_until(
-        lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"
-    )
-
-    # Resumed on the cluster, the run then loses its learner's host (its Ray
-    # worker, SIGKILLed): no restart, the program stops in order, "node failed".
-    proc, token = start_train(
-        run_dir,
-        *ON_CLUSTER,
-        f"--ray_address={cluster.address}",
-        "--config.stop.max_wall_seconds=600",
-    )
-    lines, reader = read_in_background(proc)
-    try:
-        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > summary["learner_steps"])
-
-        def new_learner_host() -> int | None:
-            with open(os.path.join(run_dir, "placement.json")) as f:
-                pid = json.load(f)["nodes"]["learner"]["host_pid"]
-            return pid if pid != placed["nodes"]["learner"]["host_pid"] else None
-
-        os.kill(wait_until(new_learner_host, STARTUP_TIMEOUT, "the resumed run's placement"), 9)
-        proc.wait(timeout=STOP_TIMEOUT)
-        reader.join(timeout=STOP_TIMEOUT)
-    finally:
-        kill_tree(proc, token)
-    out = "".join(lines)
-    assert proc.returncode == 1, out[-3000:]
-    assert "PermissionError" not in out, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         failed = json.load(f)
-    assert failed["resumed_from"], failed  # it did resume from the Ctrl-C's checkpoint
     assert failed["stop_reason"] == "node failed", failed
     assert "learner/0's Ray worker or node" in failed["failure"], failed
     wait_until_gone(token)

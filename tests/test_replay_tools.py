@@ -15,6 +15,7 @@ from apex.envs import env_spec
 from apex.replay import inspect
 from apex.replay.tables import TRANSITIONS_TABLE, make_tables
 from apex.replay.writer import TransitionWriter
+from tests.procs import run_tool_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # actor -> (items, epsilon of its only slot, first parameter version)
@@ -58,16 +59,12 @@ def sample_count(client) -> int:
     return client.server_info()[TRANSITIONS_TABLE].rate_limiter_info.sample_stats.completed
 
 
-def cli(*args):
-    out = subprocess.run(
-        [sys.executable, "-m", "tools.replay", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+def cli_lines(*commands: list[str]) -> list[str]:
+    """Each tools.replay command line's stdout, all run in one process (exit 0 each)."""
+    results = run_tool_lines("tools.replay", list(commands), timeout=120)
+    for r in results:
+        assert r["rc"] == 0, (r["argv"], r["stderr"][-3000:])
+    return [r["stdout"] for r in results]
 
 
 def test_library_views_of_a_live_snapshot(filled):
@@ -103,42 +100,51 @@ def test_library_views_of_a_live_snapshot(filled):
     assert sample_count(client) == before
 
 
-@pytest.mark.integration  # several CLI processes against a live server (~20 s)
+@pytest.mark.integration  # two CLI processes against a live server, then its checkpoint
 def test_cli_live_and_offline_give_the_same_numbers(filled, tmp_path):
     server, client, ckpt_root, _ = filled
     before = sample_count(client)
     live = f"--server=localhost:{server.port}"
     png = str(tmp_path / "prio.png")
-    text = cli("priorities", live, "--k=2", "--bins=4", f"--png={png}")
+    out_json = str(tmp_path / "items.json")
+    out_npz = str(tmp_path / "items.npz")
+    text, _, _, breakdown, watch = cli_lines(  # one process, one TF import
+        ["priorities", live, "--k=2", "--bins=4", f"--png={png}"],
+        ["items", live, "--n=3", "--order=bottom", f"--out={out_json}"],
+        ["items", live, "--n=5", "--order=oldest", f"--out={out_npz}"],
+        ["breakdown", live, "--json"],
+        ["watch", live, "--count=2", "--interval=0.1"],
+    )
     assert "45 items; priority min 1, mean" in text and "max 3.09" in text
     assert os.path.getsize(png) > 1000 and open(png, "rb").read(4) == b"\x89PNG"
-    out_json = str(tmp_path / "items.json")
-    cli("items", live, "--n=3", "--order=bottom", f"--out={out_json}")
     items = json.load(open(out_json))
     assert [round(it["priority"], 2) for it in items] == [1.0, 1.01, 1.02]
     assert items[0]["data"]["actor"] == 0 and items[0]["data"]["slot"] == 0
     assert items[0]["data"]["epsilon"] == pytest.approx(0.4)
-    out_npz = str(tmp_path / "items.npz")
-    cli("items", live, "--n=5", "--order=oldest", f"--out={out_npz}")
     z = np.load(out_npz)
     assert z["data/obs"].shape == (5, 4) and z["key"].shape == (5,)
-    live_breakdown = json.loads(cli("breakdown", live, "--json"))
-    watch = cli("watch", live, "--count=2", "--interval=0.1")
+    live_breakdown = json.loads(breakdown)
     assert watch.count("table transitions: 45/5,000 items") == 2
     assert sample_count(client) == before  # every live command left sampling alone
     server.stop()
     # Offline: the checkpoint root the server wrote, no server running.
-    offline_breakdown = json.loads(cli("breakdown", f"--checkpoint={ckpt_root}", "--json"))
+    ckpt = f"--checkpoint={ckpt_root}"
+    breakdown, stats, offline_text, offline_items = cli_lines(
+        ["breakdown", ckpt, "--json"],
+        ["stats", ckpt, "--json"],
+        ["priorities", ckpt, "--k=1"],
+        ["items", ckpt, "--n=3", "--order=bottom"],
+    )
+    offline_breakdown = json.loads(breakdown)
     for by in ("actor", "epsilon_band"):
         assert [r["count"] for r in offline_breakdown[by]] == [
             r["count"] for r in live_breakdown[by]
         ]
-    stats = json.loads(cli("stats", f"--checkpoint={ckpt_root}", "--json"))
+    stats = json.loads(stats)
     assert stats[0]["size"] == 45 and stats[0]["inserts"] == 45 and stats[0]["samples"] == 7
     assert "Prioritized" in stats[0]["sampler"]
-    offline_text = cli("priorities", f"--checkpoint={ckpt_root}", "--k=1")
     assert "45 items" in offline_text and "3.09" in offline_text
-    offline_items = json.loads(cli("items", f"--checkpoint={ckpt_root}", "--n=3", "--order=bottom"))
+    offline_items = json.loads(offline_items)
     assert [it["key"] for it in offline_items] == [it["key"] for it in items]
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,6 +24,7 @@ from apex.replay.shards import shard_config, shard_name, shard_of_actor
 from apex.replay.tables import TRANSITIONS_TABLE, make_tables
 from apex.replay.writer import TransitionWriter
 from tests.fakes import FakeVariableSource
+from tests.procs import run_tool_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S = 2
@@ -243,40 +242,10 @@ def test_status_doctor_reads_each_node_against_its_shard(sharded, tmp_path):
 
 # ---------------------------------------------------------------------- CLI
 
-_DRIVER = r"""
-import contextlib, io, json, sys, traceback
-from absl import app, flags
-import tools.replay as tool
-
-results = []
-for argv in json.loads(sys.argv[1]):
-    flags.FLAGS.unparse_flags()
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            app.run(tool.main, argv=["tools.replay", *argv])
-            rc = 0
-        except SystemExit as e:
-            rc = e.code
-        except BaseException:
-            traceback.print_exc()
-            rc = "traceback"
-    results.append({"argv": argv, "rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()})
-print(json.dumps(results))
-"""
-
 
 def run_cli(*commands: list[str]) -> list[str]:
     """Runs each tools.replay command line in one helper process; their stdouts."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _DRIVER, json.dumps(commands)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_tool_lines("tools.replay", list(commands))
     for r in results:
         assert r["rc"] == 0, (r["argv"], r["stderr"][-3000:])
     return [r["stdout"] for r in results]
