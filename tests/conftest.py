@@ -3,6 +3,9 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# As launch/train.py: Python's own distutils for Reverb's import (0.35 s less
+# CPU per process than setuptools'; test workers and every process they start).
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 import pytest  # noqa: E402
 from absl import flags  # noqa: E402

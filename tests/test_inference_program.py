@@ -56,7 +56,7 @@ def test_central_inference_a_model_store_and_two_shards_learn_cartpole_within_th
     from tests.replay_checks import assert_cartpole_nstep
 
     run_dir = str(tmp_path / "run")
-    # The budget of tests/test_learning.py::test_default_config_solves_cartpole.
+    # The budget of the default run's test (tests/test_local_mp.py: CARTPOLE_BUDGET).
     out, s, token = run_train(
         run_dir,
         "--config.actor.inference=central",

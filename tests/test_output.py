@@ -1,13 +1,11 @@
 """What a user reads: whole lines in a pipe, no colour codes or carriage
-returns off a terminal, library noise filtered, node logs in RUN_DIR/logs.
-(A real run through a pipe, with its one summary equal to summary.json:
-tests/test_local_mp.py; exit codes: tests/test_checkpoint.py.)"""
+returns off a terminal, library noise filtered. (A real run through a pipe,
+with its one summary equal to summary.json: tests/test_learning.py; node logs
+in RUN_DIR/logs: tests/test_security.py; exit codes: tests/test_checkpoint.py.)"""
 
 import os
 import subprocess
 import sys
-
-import pytest
 
 from apex.output import FilteredStdout, LineFilter
 
@@ -58,29 +56,6 @@ def test_the_launchers_stdout_writes_each_line_with_one_write(tmp_path):
     out.close()
     os.close(fd)
     assert path.read_text() == "[apex] abc\n[apex] d\n"
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_output_to_files_writes_one_log_per_node_into_the_run_dir(tmp_path):
-    from tests.procs import run_train
-
-    run_dir = str(tmp_path / "run")
-    out, summary, _ = run_train(
-        run_dir,
-        "--terminal=output_to_files",
-        "--config.stop.max_wall_seconds=None",
-        "--config.stop.max_actor_steps=5000",
-        timeout=240,
-    )
-    logs = os.path.join(run_dir, "logs")
-    assert f"node output: {logs}" in out
-    names = sorted(
-        os.path.relpath(os.path.join(d, f), logs) for d, _, files in os.walk(logs) for f in files
-    )
-    assert names == ["actor/0", "actor/1", "coordinator/0", "learner/0"], names
-    with open(os.path.join(logs, "coordinator/0")) as f:
-        assert "stopping: max_actor_steps" in f.read()
 
 
 def test_output_goes_on_being_drained_after_its_reader_is_gone():

@@ -6,8 +6,13 @@ tool with exit code 130 and no traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+
+# Python's own distutils for Reverb's import (as launch/train.py): 0.35 s less
+# CPU than setuptools' replacement in every tool process.
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 
 def run_tool(main: Callable[[list[str]], int]) -> None:
