@@ -261,10 +261,18 @@ def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> li
         if a != b:
             problems.append(f"{path} is {a!r} in the checkpoint and {b!r} now")
     if not problems:  # a difference no listed field explains: name the artefact
-        if saved.get("table", {}).get("signature") != current.get("table", {}).get("signature"):
+        saved_sig = saved.get("table", {}).get("signature")
+        current_sig = current.get("table", {}).get("signature")
+        if saved_sig != current_sig:
+            hint = ""
+            if "obs_pair" in str(saved_sig) and "obs_frames" in str(current_sig):
+                hint = (
+                    " (a checkpoint of whole stacked observations, from before frames were "
+                    "stored once: resume it with --config.replay.frame_storage=packed)"
+                )
             problems.append(
-                f"the replay signature differs: {saved.get('table', {}).get('signature')} in the "
-                f"checkpoint, {current.get('table', {}).get('signature')} now"
+                f"the replay signature differs: {saved_sig} in the checkpoint, {current_sig} now"
+                + hint
             )
         if saved.get("network_shapes") != current.get("network_shapes"):
             problems.append(

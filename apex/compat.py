@@ -42,7 +42,9 @@ def _require(obj: Any, attr: str, symbol: str, pinned: str) -> Any:
 
 
 # ------------------------------------------------------------------ Reverb
-def reverb_trajectory_writer(client: Any, chunk_length: int, signature_timeout_ms: int) -> Any:
+def reverb_trajectory_writer(
+    client: Any, chunk_length: int, signature_timeout_ms: int, keep_alive: int | None = None
+) -> Any:
     """Reverb's C++ TrajectoryWriter (`reverb.pybind`) on `client`'s connection.
 
     Why not the public `reverb.TrajectoryWriter`: its Python layer builds a
@@ -60,7 +62,8 @@ def reverb_trajectory_writer(client: Any, chunk_length: int, signature_timeout_m
     new_writer = _require(
         cpp_client, "NewTrajectoryWriter", "reverb.Client._client.NewTrajectoryWriter", REVERB_PIN
     )
-    return new_writer(options(int(chunk_length), int(chunk_length)), int(signature_timeout_ms))
+    keep = max(int(chunk_length), int(keep_alive or 0))  # each column's newest refs kept usable
+    return new_writer(options(int(chunk_length), keep), int(signature_timeout_ms))
 
 
 # --------------------------------------------------------------- Launchpad

@@ -90,16 +90,21 @@ def components(args) -> dict:
     return {"medians": med, "rows": table}
 
 
-def _fill_server(n: int, out_queue, ready, go) -> None:
-    """A Reverb server process; reports its RSS each time `go` is set (then cleared)."""
+def _fill_server(n: int, out_queue, ready, go, config_file=None, overrides=None) -> None:
+    """A Reverb server process with the tables of `config_file` (default: the
+    default CartPole config) and `overrides` ({'replay.frame_storage': 'packed'});
+    reports its RSS each time `go` is set (then cleared)."""
     import psutil
     import reverb
 
-    from apex.config import ApexConfig
+    from apex.config import ApexConfig, load_config_file
     from apex.envs import env_spec
     from apex.replay.tables import make_tables
 
-    c = ApexConfig()
+    c = load_config_file(config_file) if config_file else ApexConfig()
+    for path, value in (overrides or {}).items():
+        section, field = path.split(".")
+        setattr(getattr(c, section), field, value)
     c.replay.capacity = n
     c.replay.min_size = 1
     c.replay.error_buffer = 1e12

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Two workers (APEX_TEST_WORKERS), one file each at a time, as scripts/test.sh.
-exec .venv/bin/python -m pytest -p no:cacheprovider -n "${APEX_TEST_WORKERS:-2}" --dist loadfile \
+# Two workers (APEX_TEST_WORKERS), tests handed out one by one (no program here;
+# a module fixture is made once per worker).
+exec .venv/bin/python -m pytest -p no:cacheprovider -n "${APEX_TEST_WORKERS:-2}" --dist load \
   --no-loadscope-reorder -m "not integration and not learning and not cli and not ray" \
   --durations=10 "$@"

@@ -9,7 +9,8 @@ COMMAND
   items        decode --n items (--order=newest|oldest|top|bottom|random) to JSON
                (stdout or --out=FILE.json) or npz (--out=FILE.npz): key, priority,
                times sampled, age, payload with provenance (actor, slot, epsilon,
-               parameter version, insert time)
+               parameter version, insert time); with --png=FILE also the
+               items' image frames (a row per item: obs, then next_obs)
   breakdown    count, share, mean priority, priority share, mean age and times
                sampled by actor, by epsilon band and by parameter version
   watch        stats every --interval seconds (--count=N refreshes, 0: forever)
@@ -71,7 +72,12 @@ _JSON = flags.DEFINE_bool("json", False, "Print JSON instead of text.")
 _TIMEOUT = flags.DEFINE_integer("timeout", 10, "Seconds to wait for a live server.")
 _K = flags.DEFINE_integer("k", 10, "priorities: how many top and bottom items.")
 _BINS = flags.DEFINE_integer("bins", 20, "priorities: histogram bins.", lower_bound=1)
-_PNG = flags.DEFINE_string("png", None, "priorities: also write the histogram to this PNG.")
+_PNG = flags.DEFINE_string(
+    "png",
+    None,
+    "priorities: also write the histogram to this PNG; items: also write the items' "
+    "frames to this PNG (a row per item: obs then next_obs).",
+)
 _N = flags.DEFINE_integer("n", 10, "items: how many items.")
 _ORDER = flags.DEFINE_enum(
     "order", "newest", ["newest", "oldest", "top", "bottom", "random"], "items: which items."
@@ -402,6 +408,8 @@ def run(command: str) -> int:
                 items = inspect.select_shard_items(shards, table, _N.value, _ORDER.value)
             else:
                 items = inspect.select_items(path, table, _N.value, _ORDER.value)
+            if _PNG.value:
+                print(f"frames: {inspect.save_items_png(items, _PNG.value)}", file=sys.stderr)
             out = _OUT.value
             if out and out.endswith(".npz"):
                 print(inspect.save_items_npz(items, out))

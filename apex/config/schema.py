@@ -90,6 +90,11 @@ class ReplayConfig:
     """Priority used by insert_priority='constant' (and the first max_seen)."""
     priority_epsilon: float = 1e-3
     """Added to every |TD| so no transition gets priority 0."""
+    frame_storage: str = "auto"
+    """Ape-X with stacked image frames (env.frame_stack > 1): 'auto' stores each
+    frame once and items reference frame windows (a third of the memory; the
+    learner gets the same stacks); 'packed' stores obs and next_obs whole in
+    every item (the layout before issue 16). Other observations are always packed."""
     colocate_with_learner: bool = True
     """Run the Reverb server in the learner's process (no gRPC on sampling)."""
     port: int | None = None

@@ -270,6 +270,12 @@ def validate(config: ApexConfig) -> None:
         r.insert_priority,
         f"one of {list(INSERT_PRIORITIES)}",
     )
+    _check(
+        r.frame_storage in ("auto", "packed"),
+        "replay.frame_storage",
+        r.frame_storage,
+        "one of ['auto', 'packed']",
+    )
     if r.port is not None:
         _check(
             _is_int(r.port) and 1 <= r.port <= 65535,

@@ -815,3 +815,28 @@ def save_items_npz(items: list[dict[str, Any]], path: str) -> str:
             arrays[f"data/{field}"] = np.stack([it["data"][field] for it in items])
     np.savez(path, **arrays)
     return path
+
+
+def save_items_png(items: list[dict[str, Any]], path: str, max_frames: int = 16) -> str:
+    """Writes the image frames of `items` (select_items) as one PNG, one row per
+    item: its obs stack's frames then its next_obs stack's (Ape-X transitions,
+    whichever layout stored them), or the first `max_frames` frames of an R2D2
+    sequence's obs; frames are uint8 [..., H, W] grayscale. Returns the path;
+    ValueError if the items hold no image frames."""
+    from PIL import Image
+
+    rows = []
+    for it in items:
+        data = it["data"] if isinstance(it["data"], dict) else {}
+        stacks = [np.asarray(data[k]) for k in ("obs", "next_obs") if k in data]
+        frames = [f for s in stacks if s.ndim >= 3 for f in s.reshape(-1, *s.shape[-2:])]
+        frames = frames[: 2 * max_frames] if "next_obs" in data else frames[:max_frames]
+        if frames:
+            gap = np.full((frames[0].shape[0], 2), 255, np.uint8)
+            rows.append(np.concatenate([x for f in frames for x in (f.astype(np.uint8), gap)], 1))
+    if not rows:
+        raise ValueError("these items hold no image frames (observations of [..., H, W] uint8)")
+    width = max(r.shape[1] for r in rows)
+    rows = [np.pad(r, ((0, 2), (0, width - r.shape[1])), constant_values=255) for r in rows]
+    Image.fromarray(np.concatenate(rows, 0)).save(path)
+    return path

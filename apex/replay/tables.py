@@ -55,6 +55,41 @@ def transition_signature(spec: EnvSpec) -> dict[str, tf.TensorSpec]:
     }
 
 
+# Frames stored once (issue 16): with stacked image observations (env.frame_stack
+# = K > 1, the stack on axis 0), an actor writes each slot's frames into Reverb
+# once, as a stream of single frames, and a transition references 2K of them:
+# the K-frame window ending at obs's newest frame, and the one ending at
+# next_obs's (apex.replay.writer.TransitionWriter.start_frames). Two columns,
+# `obs_frames` and `next_obs_frames` [K, *frame], one window each: Reverb 0.7
+# merges the refs of one item column into chunk slices assuming they are
+# consecutive steps, so two overlapping windows cannot share one. The scalars
+# and the provenance share one float64 column `meta` (float32 values and the
+# integers are exact in it): one column fewer per item is ~250 B less of
+# Reverb's per-item memory (figures in docs/benchmarks.md, issue 16).
+def stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
+    """True if `config`'s transitions store each frame once (frame windows):
+    replay.frame_storage is 'auto' and the observation is a stack of
+    env.frame_stack > 1 frames on its first axis; otherwise the packed layout."""
+    k = int(getattr(config.env, "frame_stack", 1) or 1)
+    mode = getattr(config.replay, "frame_storage", "auto")
+    shape = tuple(spec.observation_shape)
+    return mode == "auto" and k > 1 and len(shape) >= 2 and shape[0] == k
+
+
+def frame_transition_signature(spec: EnvSpec) -> dict[str, tf.TensorSpec]:
+    """Per-item signature of a transition whose frames are stored once:
+    `obs_frames` and `next_obs_frames` [K, *frame] (each references K frames of
+    its slot's frame stream), and `meta` [8] float64: TRANSITION_SCALARS then
+    TRANSITION_PROVENANCE."""
+    stack = tf.TensorSpec(spec.observation_shape, tf.as_dtype(spec.observation_dtype))
+    width = len(TRANSITION_SCALARS) + len(TRANSITION_PROVENANCE)
+    return {
+        "obs_frames": stack,
+        "next_obs_frames": stack,
+        "meta": tf.TensorSpec([width], tf.float64),
+    }
+
+
 def pack_transitions(
     batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
 ) -> dict[str, np.ndarray]:
@@ -75,7 +110,7 @@ def pack_transitions(
 def unpack_item(data: dict) -> dict:
     """One item's fields by name (numpy): a packed transition unpacked, other
     items (R2D2 sequences) as they are."""
-    if "obs_pair" not in data:
+    if "obs_pair" not in data and "obs_frames" not in data:
         return data
     batched = {k: np.asarray(v)[None] for k, v in data.items()}
     return {k: v[0] for k, v in unpack_transitions(batched).items()}
@@ -85,10 +120,20 @@ def unpack_transitions(data: dict, xp: Any = np) -> dict:
     """The ten named fields of packed transitions with a leading batch axis
     (obs, action, reward, discount, next_obs, epsilon, actor, slot, version,
     insert_time); `xp` is numpy (tools) or tensorflow (the learner's input)."""
-    if "obs_pair" not in data:
+    if "obs_frames" in data:  # frames stored once: already the stacks
+        pair = {"obs": data["obs_frames"], "next_obs": data["next_obs_frames"]}
+        k = len(TRANSITION_SCALARS)
+        scalars = data["meta"][:, :k]
+        data = {
+            "scalars": scalars.astype(np.float32) if xp is np else tf.cast(scalars, tf.float32),
+            "provenance": data["meta"][:, k:],
+        }
+    elif "obs_pair" in data:
+        pair = {"obs": data["obs_pair"][:, 0], "next_obs": data["obs_pair"][:, 1]}
+    else:
         return data
     cast = (lambda x, t: x.astype(t)) if xp is np else (lambda x, t: tf.cast(x, t))
-    out = {"obs": data["obs_pair"][:, 0], "next_obs": data["obs_pair"][:, 1]}
+    out = dict(pair)
     for column, names in (("scalars", TRANSITION_SCALARS), ("provenance", TRANSITION_PROVENANCE)):
         for i, name in enumerate(names):
             value = data[column][:, i]

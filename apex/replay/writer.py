@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Callable
@@ -70,9 +71,72 @@ class TransitionWriter:
         self._should_stop = should_stop or (lambda: False)
         # The server's table signatures are fetched once (3 s at most) and every
         # item is checked against them before it is sent.
+        self._chunk_length = int(chunk_length)
         self._writer = compat.reverb_trajectory_writer(client, chunk_length, 3000)
         self.items_written = 0
         self.seconds_writing = 0.0
+        self.frames_written = 0
+        self._frames: _FrameStreams | None = None  # set by start_frames
+
+    # ------------------------------------------------ frames stored once (issue 16)
+    @property
+    def stores_frames(self) -> bool:
+        """True once start_frames was called: `write` then takes frame positions."""
+        return self._frames is not None
+
+    def start_frames(self, obs: np.ndarray, n_step: int) -> np.ndarray:
+        """Switches this writer to storing each frame once; returns the positions of obs.
+
+        obs: [E, K, *frame], every slot's first stacked observation (K frames,
+        oldest first). Column j (< E) of the Reverb writer becomes slot j's
+        stream of single frames; an item's `obs_frames` column references the K
+        frames ending at obs's newest frame, `next_obs_frames` the K ending at next_obs's
+        (frame_transition_signature). From now on the actor passes, in place
+        of obs and next_obs, the positions `start_frames`, `append_frames` and
+        `restart_frames` return (NStepAccumulator carries them like any obs).
+        Call before the first write.
+        """
+        obs = np.asarray(obs)
+        e, k = obs.shape[0], obs.shape[1]
+        # Oldest frame an item may still reference, counted back from a slot's
+        # newest: the n-step start's window (n + K) after at most n full
+        # restacks (K each, see append_frames) and the episode's first K.
+        keep = max(self._chunk_length, (n_step + 2) * k + 1)
+        self._writer.Close()  # nothing was written through it yet
+        self._writer = compat.reverb_trajectory_writer(self._client, self._chunk_length, 3000, keep)
+        # An item is sent once its frames' chunks are complete: up to
+        # chunk_length steps of every slot's items wait for them (a Flush
+        # would cut chunks short: worse compression, more slices per item).
+        self._max_in_flight = max(self._max_in_flight, e * (self._chunk_length + n_step + 2))
+        self._frames = _FrameStreams(e, k, keep)
+        positions = self._frames.append(self._writer, [list(o) for o in obs])
+        self.frames_written = int(self._frames.count.sum())
+        return positions
+
+    def append_frames(self, next_obs: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        """Stores the newest frame of every slot's next_obs [E, K, *frame]; returns
+        next_obs's positions. obs is the observation each slot acted in: a slot
+        whose next_obs is not obs shifted by one frame gets its whole stack
+        stored again (never for gymnasium's FrameStackObservation), so a
+        position's window always equals the stack, bit for bit."""
+        assert self._frames is not None, "start_frames first"
+        t0 = time.perf_counter()
+        next_obs = np.asarray(next_obs)
+        e = len(next_obs)
+        shifted = (next_obs[:, :-1] == np.asarray(obs)[:, 1:]).reshape(e, -1).all(axis=1)
+        frames = [[next_obs[j, -1]] if shifted[j] else list(next_obs[j]) for j in range(e)]
+        out = self._frames.append(self._writer, frames)
+        self.frames_written = int(self._frames.count.sum())
+        self.seconds_writing += time.perf_counter() - t0
+        return out
+
+    def restart_frames(self, slot: int, obs: np.ndarray) -> int:
+        """Stores slot's whole new stack obs [K, *frame] (an episode's first
+        observation: the frame stack's padding included); returns its position."""
+        assert self._frames is not None, "start_frames first"
+        frames: list[list[np.ndarray]] = [[] for _ in range(self._frames.num_slots)]
+        frames[slot] = list(np.asarray(obs))
+        return int(self._frames.append(self._writer, frames)[slot])
 
     def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         """Writes every row of `batch` (see NStepAccumulator.add) with its priority,
@@ -82,8 +146,37 @@ class TransitionWriter:
         packed = pack_transitions(
             batch, int(self._actor), self._slot_offset + local, self._epsilons[local], time.time()
         )
-        self._insert(packed, priorities)
+        if self._frames is None:
+            self._insert(packed, priorities)
+        else:  # obs/next_obs are frame positions
+            self._insert_frames(packed, local, batch["obs"], batch["next_obs"], priorities)
         self.seconds_writing += time.perf_counter() - t0
+
+    def _insert_frames(self, packed, slots, obs_pos, next_pos, priorities) -> None:
+        """One item per row: `obs_frames` and `next_obs_frames` reference two
+        windows of the row's slot's frame stream; its scalars and provenance
+        are written as one step of one column, `meta`."""
+        frames = self._frames
+        e = frames.num_slots
+        meta = np.concatenate([packed["scalars"], packed["provenance"]], axis=1, dtype=np.float64)
+        # Columns in the signature's order (sorted names): meta,
+        # next_obs_frames, obs_frames.
+        squeeze = [True, False, False]
+        w, table = self._writer, self._table
+        blank: list = [None] * e
+        n, step = len(priorities), max(1, self._max_in_flight // 2)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            self._wait(self._max_in_flight - (hi - lo), None)
+            for j in range(lo, hi):
+                s = int(slots[j])
+                columns = [
+                    [w.Append(blank + [meta[j]])[e]],
+                    frames.window(s, int(next_pos[j])),
+                    frames.window(s, int(obs_pos[j])),
+                ]
+                w.CreateItem(table, float(priorities[j]), columns, squeeze)
+        self.items_written += n
 
     def _insert(self, columns: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         """One item per row of `columns` ({name: [N, ...]}, the table's signature
@@ -141,6 +234,42 @@ class TransitionWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _FrameStreams:
+    """Each slot's stream of single frames in the Reverb writer: column j is
+    slot j's stream; the newest `keep` refs of each are held for items."""
+
+    def __init__(self, num_slots: int, stack: int, keep: int):
+        self.num_slots = num_slots
+        self.stack = stack
+        self.count = np.zeros(num_slots, np.int64)  # frames written per slot
+        self.refs = [collections.deque(maxlen=keep) for _ in range(num_slots)]
+
+    def append(self, writer, frames: list[list[np.ndarray]]) -> np.ndarray:
+        """Appends slot j's frames[j] (oldest first; may be empty) to its stream,
+        as few writer steps as the longest list; returns every slot's newest position."""
+        e = self.num_slots
+        rows = max(len(f) for f in frames)
+        for r in range(rows):
+            step = [f[r] if r < len(f) else None for f in frames]
+            refs = writer.Append(step + [None])  # column E: the items' meta
+            for j in range(e):
+                if step[j] is not None:
+                    self.refs[j].append(refs[j])
+                    self.count[j] += 1
+        return self.count - 1  # a copy
+
+    def window(self, slot: int, position: int) -> list:
+        """The refs of the `stack` frames ending at `position` of slot's stream."""
+        refs = self.refs[slot]
+        first = position - self.stack + 1 - (int(self.count[slot]) - len(refs))
+        if first < 0 or position >= self.count[slot]:
+            raise RuntimeError(
+                f"frame window ending at {position} of slot {slot} is no longer held "
+                f"({len(refs)} of {int(self.count[slot])} frames kept)"
+            )
+        return [refs[i] for i in range(first, first + self.stack)]
 
 
 class SequenceWriter(TransitionWriter):

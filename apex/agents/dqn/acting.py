@@ -14,7 +14,29 @@ from apex.replay.nstep import NStepAccumulator
 
 
 class VectorActor(Actor):
-    """Steps `envs_per_actor` envs, writes n-step transitions (apex.agents.acting.Actor)."""
+    """Steps `envs_per_actor` envs, writes n-step transitions (apex.agents.acting.Actor).
+
+    With stacked image frames (apex.replay.tables.stores_frames) the writer
+    stores each frame once: the accumulator then carries each observation's
+    position in its slot's frame stream instead of the stack itself, and the
+    writer turns positions into references to frame windows.
+    """
+
+    _frames_on: bool | None = None  # decided on the first step
+    _positions: np.ndarray | None = None  # frame positions of self._obs (frames stored once)
+
+    def _frame_writer(self):
+        """The writer if this actor stores each frame once, else None (the
+        config's layout is packed, or the writer takes only whole items, e.g.
+        a test's recording fake)."""
+        from apex.envs import spec_of
+        from apex.replay.tables import stores_frames
+
+        if self._frames_on is None:
+            self._frames_on = hasattr(self._writer, "start_frames") and stores_frames(
+                self._config, spec_of(self._envs[0])
+            )
+        return self._writer if self._frames_on else None
 
     def _make_accumulator(self) -> NStepAccumulator:
         return NStepAccumulator(
@@ -56,18 +78,29 @@ class VectorActor(Actor):
         trunc_rows = [j for j in reset_obs if truncated[j] and not terminated[j]]
         if trunc_rows:
             next_value[trunc_rows] = self._forward(next_obs[trunc_rows])[0].max(axis=1)
+        frames = self._frame_writer()
+        if frames is None:
+            obs_in, next_in = self._obs, next_obs
+        else:  # positions in each slot's frame stream stand for the stacks
+            if self._positions is None:
+                self._positions = frames.start_frames(self._obs, self._config.replay.n_step)
+            obs_in, next_in = self._positions, frames.append_frames(next_obs, self._obs)
         batch = self._acc.add(
-            self._obs,
+            obs_in,
             actions,
             q_taken,
             np.full(e, version),
             rewards,
             terminated,
             truncated,
-            next_obs,
+            next_in,
             next_value,
         )
         written = 0 if batch is None else self._write(batch, batch["td"])
+        if frames is not None:  # after the ended episodes' items: their frames go first
+            for j, o in reset_obs.items():
+                next_in[j] = frames.restart_frames(j, o)
+            self._positions = next_in
         self._end_episodes(rewards, reset_obs)
         self._obs = acting_obs
         self._q, self._q_version = q_next, next_version

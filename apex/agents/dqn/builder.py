@@ -21,8 +21,14 @@ class ApexDQNBuilder(AgentBuilder):
     recurrent = False
 
     def item_signature(self, config, spec):
-        from apex.replay.tables import transition_signature
+        from apex.replay.tables import (
+            frame_transition_signature,
+            stores_frames,
+            transition_signature,
+        )
 
+        if stores_frames(config, spec):  # each frame stored once (issue 16)
+            return frame_transition_signature(spec)
         return transition_signature(spec)
 
     def input_transform(self) -> Callable[[dict], dict]:
