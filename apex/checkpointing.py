@@ -265,10 +265,12 @@ def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> li
         current_sig = current.get("table", {}).get("signature")
         if saved_sig != current_sig:
             hint = ""
-            if "obs_pair" in str(saved_sig) and "obs_frames" in str(current_sig):
+            saved_keys = set(saved_sig) if isinstance(saved_sig, dict) else set()
+            current_keys = set(current_sig) if isinstance(current_sig, dict) else set()
+            if saved_keys & {"obs_pair", "obs"} and "obs_frames" in current_keys:
                 hint = (
-                    " (a checkpoint of whole stacked observations, from before frames were "
-                    "stored once: resume it with --config.replay.frame_storage=packed)"
+                    " (a checkpoint of whole observations in every item, from before frames "
+                    "were stored once: resume it with --config.replay.frame_storage=packed)"
                 )
             problems.append(
                 f"the replay signature differs: {saved_sig} in the checkpoint, {current_sig} now"

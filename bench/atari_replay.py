@@ -4,10 +4,11 @@ paper scale, for each replay layout, side by side.
     .venv/bin/python bench/atari_replay.py                         # ~3-5 min on 2 cores
     .venv/bin/python bench/atari_replay.py --items 40000 --layouts packed auto
     .venv/bin/python bench/atari_replay.py --configs apex_atari --chunk_lengths 8 16 32
+    .venv/bin/python bench/atari_replay.py --configs r2d2_atari --sequences 200 --chunk_lengths 4 8 16
 
 For each config (configs/<name>.py) and layout (replay.frame_storage: 'packed'
-stores obs and next_obs whole in every Ape-X item, 'auto' stores each frame
-once), a Reverb server process gets the config's tables and one actor of the
+stores obs and next_obs whole in every Ape-X item and every step's obs in each
+R2D2 sequence covering it, 'auto' stores each frame once), a Reverb server process gets the config's tables and one actor of the
 config (real Pong frames, the config's accumulator and the builder's writer at
 its default chunk length, random initial weights) fills it over gRPC. Measured:
 - the server's RSS growth per item between half and full (no fixed costs),
@@ -82,7 +83,9 @@ def measure(config_name: str, layout: str, items: int, chunk_length: int | None,
     writer = builder.make_writer(client, 0, eps, 0, lambda: False)
     if chunk_length is not None:  # a variant: another chunk length for every column
         writer.close()
-        writer = type(writer)(client, 0, eps, chunk_length=chunk_length, table=table)
+        # (R2D2's frame layout has its own: frame_chunk_length)
+        frame = {"frame_chunk_length": chunk_length} if builder.name == "r2d2" else {}
+        writer = type(writer)(client, 0, eps, chunk_length=chunk_length, table=table, **frame)
     rss, fill = [], []
     with writer as w:
         actor = builder.make_actor(c, 0, _Weights(c, spec), w)
@@ -158,8 +161,7 @@ def main() -> None:
     rows = []
     for name in args.configs:
         r2d2 = name.startswith("r2d2")
-        layouts = ["packed"] if r2d2 else args.layouts  # R2D2 has one layout so far
-        for layout in layouts:
+        for layout in args.layouts:
             for chunk in args.chunk_lengths:
                 n = args.sequences if r2d2 else args.items
                 r = measure(name, layout, n, chunk or None, args.sample_seconds)

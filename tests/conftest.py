@@ -14,10 +14,15 @@ from absl import flags  # noqa: E402
 def pytest_configure(config):
     # absltest-based code reads FLAGS (e.g. test_tmpdir); pytest never parses them.
     flags.FLAGS.mark_as_parsed()
+    config.addinivalue_line(
+        "markers",
+        "slow: an in-process test of several seconds, e.g. a variant of a bit-identity "
+        "check (CI runs it; the unit subset leaves it out)",
+    )
 
 
 # Rough cost of a test by its markers (seconds on a loaded 2-core CI machine).
-_COST = {"learning": 70.0, "ray": 60.0, "integration": 25.0, "cli": 5.0}
+_COST = {"learning": 70.0, "ray": 60.0, "integration": 25.0, "cli": 5.0, "slow": 3.0}
 
 
 def _cost(item) -> float:

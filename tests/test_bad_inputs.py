@@ -407,6 +407,7 @@ def replay_results(tmp_path_factory):
     return {cid: r for (cid, _), r in zip(cases, ran)}, names
 
 
+@pytest.mark.cli  # the cases run in one tools.replay process
 @pytest.mark.parametrize(
     "case_id,code,fragment",
     [pytest.param(cid, code, frag, id=cid) for cid, _, code, frag in REPLAY_CASES],

@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import reverb
 
 from apex import heartbeat as hb
@@ -41,6 +42,7 @@ def blocking_server(small_config):
     return server, reverb.Client(f"localhost:{server.port}")
 
 
+@pytest.mark.slow
 def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_config, tmp_path):
     run_dir = str(tmp_path)
     server, client = blocking_server(small_config)

@@ -193,7 +193,9 @@ def test_the_layout_is_chosen_by_the_stacked_frames():
     assert not stores_frames(cartpole, env_spec(cartpole.env))
 
 
-@pytest.mark.parametrize("n_step", [1, 3, 5])
+@pytest.mark.parametrize(
+    "n_step", [pytest.param(1, marks=pytest.mark.slow), 3, pytest.param(5, marks=pytest.mark.slow)]
+)
 def test_scripted_frames_reach_the_learner_bit_identical_to_the_packed_layout(n_step):
     old = run_layout(scripted_config(n_step=n_step), "packed", 60)
     new = run_layout(scripted_config(n_step=n_step), "auto", 60)
@@ -237,6 +239,7 @@ def test_stacks_that_are_not_sliding_windows_are_stored_whole_and_kept_exact():
     assert new["frames_written"] > new["env_steps"] + 4 * new["episodes"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk_length", [1, 16])
 def test_chunk_lengths_change_nothing_the_learner_sees(chunk_length):
     old = run_layout(scripted_config(), "packed", 30)
@@ -244,6 +247,7 @@ def test_chunk_lengths_change_nothing_the_learner_sees(chunk_length):
     assert_same_items(old, new)
 
 
+@pytest.mark.slow
 def test_pong_frames_reach_the_learner_bit_identical_to_the_packed_layout():
     old = run_layout(atari_config(), "packed", 90, chunk_length=16)
     new = run_layout(atari_config(), "auto", 90, chunk_length=16)

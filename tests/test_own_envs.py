@@ -191,7 +191,11 @@ def test_encoded_observations_go_through_replay_to_the_learner(agent, env_id, im
 # ------------------------------------------------------------ targets
 @pytest.mark.parametrize(
     "env_id, target",
-    [("CartPole-v1", 475.0), ("Acrobot-v1", -100.0), ("LunarLander-v3", 200.0)],
+    [
+        ("CartPole-v1", 475.0),
+        ("Acrobot-v1", -100.0),
+        pytest.param("LunarLander-v3", 200.0, marks=pytest.mark.slow),  # Box2D's import
+    ],
 )
 def test_the_target_follows_the_env_spec(env_id, target):
     c = config_for(env_id)

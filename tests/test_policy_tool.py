@@ -263,6 +263,7 @@ def test_play_reproduces_the_evaluation_recorded_for_that_version(run, exported,
     assert code == 0 and _returns(stdout) == evaluate(c, policy, 2, 0.0, seed=5).tolist()
 
 
+@pytest.mark.slow
 def test_gif_records_the_same_episodes(exported, tmp_path, capsys):
     pytest.importorskip("PIL")
     from PIL import Image

@@ -301,6 +301,7 @@ def test_a_shard_below_min_size_does_not_stall_the_learner(shards, small_config)
 # ------------------------------------------------------------ unacked updates
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_updates_to_a_gone_shard_are_counted_and_warned_and_sampling_goes_on(
     shards, small_config, capsys

@@ -91,10 +91,13 @@ class ReplayConfig:
     priority_epsilon: float = 1e-3
     """Added to every |TD| so no transition gets priority 0."""
     frame_storage: str = "auto"
-    """Ape-X with stacked image frames (env.frame_stack > 1): 'auto' stores each
-    frame once and items reference frame windows (a third of the memory; the
-    learner gets the same stacks); 'packed' stores obs and next_obs whole in
-    every item (the layout before issue 16). Other observations are always packed."""
+    """'auto' stores each frame once: Ape-X items on stacked image frames
+    (env.frame_stack > 1) reference frame windows of their slot's frame stream;
+    R2D2 sequences on image observations reference L consecutive steps of their
+    slot's observation stream (overlapping sequences share them). The learner
+    gets the same data, bit for bit. 'packed' stores every item's observations
+    whole (the layout before issue 16; it resumes checkpoints of that layout).
+    Vector observations are always packed."""
     colocate_with_learner: bool = True
     """Run the Reverb server in the learner's process (no gRPC on sampling)."""
     port: int | None = None

@@ -108,12 +108,13 @@ def pack_transitions(
 
 
 def unpack_item(data: dict) -> dict:
-    """One item's fields by name (numpy): a packed transition unpacked, other
-    items (R2D2 sequences) as they are."""
+    """One item's fields by name (numpy): a packed transition or a sequence of
+    the frame layout unpacked, other items (packed R2D2 sequences) as they are."""
     if "obs_pair" not in data and "obs_frames" not in data:
         return data
     batched = {k: np.asarray(v)[None] for k, v in data.items()}
-    return {k: v[0] for k, v in unpack_transitions(batched).items()}
+    unpack = unpack_sequences if "floats" in data else unpack_transitions
+    return {k: v[0] for k, v in unpack(batched).items()}
 
 
 def unpack_transitions(data: dict, xp: Any = np) -> dict:
@@ -161,6 +162,102 @@ def sequence_signature(spec: EnvSpec, length: int, lstm_size: int) -> dict[str, 
         "start_step": tf.TensorSpec([], tf.int32),
         **_provenance(),
     }
+
+
+# R2D2 on image observations (issue 16, part 2): consecutive sequences of a
+# slot overlap by L - P steps, and the packed layout stores every step's
+# observation in each sequence that covers it (twice with R2D2's 80/40). With
+# replay.frame_storage='auto' an actor writes each slot's observations into
+# Reverb once, as a stream of one observation per env step (padding after an
+# episode's end: zero observations appended to the stream), and a sequence's
+# `obs_frames` column references the L consecutive steps it covers: the
+# overlap lies in chunks shared by the items. Everything else is packed into
+# two squeezed columns (Reverb's cost per item grows with its columns): `floats`
+# float32 [4L + 2H] (SEQUENCE_STEP_FIELDS, L each, then state_h, state_c) and
+# `meta` float64 [6] (SEQUENCE_META; integers and float32 are exact in it).
+# `unpack_sequences` (the learner's input transform, the tools) gives back
+# sequence_signature's fields bit for bit. Measured in docs/benchmarks.md.
+SEQUENCE_STEP_FIELDS = ("action", "reward", "discount", "mask")
+SEQUENCE_META = ("start_step", "actor", "slot", "epsilon", "version", "insert_time")
+_SEQUENCE_DTYPES = {
+    "action": "int32",
+    "start_step": "int32",
+    "actor": "int32",
+    "slot": "int32",
+    "epsilon": "float32",
+    "version": "int64",
+}
+
+
+def sequence_stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
+    """True if `config`'s R2D2 sequences store each observation once (the frame
+    layout): replay.frame_storage is 'auto' and the observation is an image
+    (two axes or more: a frame, or a stack of frames); otherwise the packed
+    layout (sequence_signature), e.g. for vector observations."""
+    mode = getattr(config.replay, "frame_storage", "auto")
+    return mode == "auto" and len(tuple(spec.observation_shape)) >= 2
+
+
+def frame_sequence_signature(
+    spec: EnvSpec, length: int, lstm_size: int
+) -> dict[str, tf.TensorSpec]:
+    """Per-item signature of an R2D2 sequence of the frame layout: `obs_frames`
+    [L, *obs] (references L consecutive steps of its slot's observation
+    stream), `floats` [4L + 2H] float32 and `meta` [6] float64 (see above)."""
+    obs = tf.TensorSpec((length, *spec.observation_shape), tf.as_dtype(spec.observation_dtype))
+    width = len(SEQUENCE_STEP_FIELDS) * length + 2 * lstm_size
+    return {
+        "obs_frames": obs,
+        "floats": tf.TensorSpec([width], tf.float32),
+        "meta": tf.TensorSpec([len(SEQUENCE_META)], tf.float64),
+    }
+
+
+def pack_sequences(
+    batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(floats [N, 4L + 2H] float32, meta [N, 6] float64) of the sequences of
+    `batch` (SequenceAccumulator.add's output)."""
+    floats = np.concatenate(
+        [np.asarray(batch[k], np.float32) for k in SEQUENCE_STEP_FIELDS]
+        + [np.asarray(batch["state_h"], np.float32), np.asarray(batch["state_c"], np.float32)],
+        axis=1,
+    )
+    fields = {
+        "start_step": batch["start_step"],
+        "actor": actor,
+        "slot": slots,
+        "epsilon": epsilons,
+        "version": batch["version"],
+        "insert_time": now,
+    }
+    meta = np.empty((len(floats), len(SEQUENCE_META)), np.float64)
+    for i, name in enumerate(SEQUENCE_META):
+        meta[:, i] = fields[name]
+    return floats, meta
+
+
+def unpack_sequences(data: dict, xp: Any = np) -> dict:
+    """sequence_signature's fields of sequences of the frame layout with a
+    leading batch axis; other data as it is. `xp` is numpy (tools) or
+    tensorflow (the learner's input transform)."""
+    if "floats" not in data:
+        return data
+    cast = (lambda x, t: x.astype(t)) if xp is np else (lambda x, t: tf.cast(x, t))
+    obs, floats, meta = data["obs_frames"], data["floats"], data["meta"]
+    length = int(obs.shape[1])
+    hidden = (int(floats.shape[1]) - len(SEQUENCE_STEP_FIELDS) * length) // 2
+    out = {"obs": obs}
+    for i, name in enumerate(SEQUENCE_STEP_FIELDS):
+        value = floats[:, i * length : (i + 1) * length]
+        out[name] = cast(value, _SEQUENCE_DTYPES[name]) if name in _SEQUENCE_DTYPES else value
+    base = len(SEQUENCE_STEP_FIELDS) * length
+    out["state_h"] = floats[:, base : base + hidden]
+    out["state_c"] = floats[:, base + hidden : base + 2 * hidden]
+    for i, name in enumerate(SEQUENCE_META):
+        value = meta[:, i]
+        out[name] = cast(value, _SEQUENCE_DTYPES[name]) if name in _SEQUENCE_DTYPES else value
+    return out
 
 
 def item_signature(config: ApexConfig, spec: EnvSpec) -> dict[str, tf.TensorSpec]:

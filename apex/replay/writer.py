@@ -12,7 +12,12 @@ import reverb
 import tree
 
 from apex import compat
-from apex.replay.tables import SEQUENCES_TABLE, TRANSITIONS_TABLE, pack_transitions
+from apex.replay.tables import (
+    SEQUENCES_TABLE,
+    TRANSITIONS_TABLE,
+    pack_sequences,
+    pack_transitions,
+)
 
 # How items are written: one Reverb item per transition (or R2D2 sequence),
 # each with its own priority, each referencing one step of every column,
@@ -164,18 +169,15 @@ class TransitionWriter:
         squeeze = [True, False, False]
         w, table = self._writer, self._table
         blank: list = [None] * e
-        n, step = len(priorities), max(1, self._max_in_flight // 2)
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
-            self._wait(self._max_in_flight - (hi - lo), None)
-            for j in range(lo, hi):
-                s = int(slots[j])
-                columns = [
-                    [w.Append(blank + [meta[j]])[e]],
-                    frames.window(s, int(next_pos[j])),
-                    frames.window(s, int(obs_pos[j])),
-                ]
-                w.CreateItem(table, float(priorities[j]), columns, squeeze)
+        n = len(priorities)
+        for j in self._confirmed_window(n):
+            s = int(slots[j])
+            columns = [
+                [w.Append(blank + [meta[j]])[e]],
+                frames.window(s, int(next_pos[j])),
+                frames.window(s, int(obs_pos[j])),
+            ]
+            w.CreateItem(table, float(priorities[j]), columns, squeeze)
         self.items_written += n
 
     def _insert(self, columns: dict[str, np.ndarray], priorities: np.ndarray) -> None:
@@ -184,14 +186,21 @@ class TransitionWriter:
         flat = tree.flatten(columns)  # the signature's order (sorted names)
         squeeze = [True] * len(flat)
         w, table = self._writer, self._table
-        n, step = len(priorities), max(1, self._max_in_flight // 2)
+        n = len(priorities)
+        for j in self._confirmed_window(n):
+            refs = w.Append([c[j] for c in flat])
+            w.CreateItem(table, float(priorities[j]), [[r] for r in refs], squeeze)
+        self.items_written += n
+
+    def _confirmed_window(self, n: int):
+        """Yields 0..n-1 (the rows to insert), waiting before each window of
+        max_in_flight_items // 2 rows until the server has confirmed enough of
+        this writer's items that at most max_in_flight_items stay unconfirmed."""
+        step = max(1, self._max_in_flight // 2)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             self._wait(self._max_in_flight - (hi - lo), None)
-            for j in range(lo, hi):
-                refs = w.Append([c[j] for c in flat])
-                w.CreateItem(table, float(priorities[j]), [[r] for r in refs], squeeze)
-        self.items_written += n
+            yield from range(lo, hi)
 
     def _wait(self, pending: int, timeout: float | None, stoppable: bool = True) -> bool:
         """Waits (the GIL released) until at most `pending` items are unconfirmed;
@@ -240,9 +249,10 @@ class _FrameStreams:
     """Each slot's stream of single frames in the Reverb writer: column j is
     slot j's stream; the newest `keep` refs of each are held for items."""
 
-    def __init__(self, num_slots: int, stack: int, keep: int):
+    def __init__(self, num_slots: int, stack: int, keep: int, item_columns: int = 1):
         self.num_slots = num_slots
         self.stack = stack
+        self.item_columns = item_columns  # the writer's columns after the streams
         self.count = np.zeros(num_slots, np.int64)  # frames written per slot
         self.refs = [collections.deque(maxlen=keep) for _ in range(num_slots)]
 
@@ -253,7 +263,7 @@ class _FrameStreams:
         rows = max(len(f) for f in frames)
         for r in range(rows):
             step = [f[r] if r < len(f) else None for f in frames]
-            refs = writer.Append(step + [None])  # column E: the items' meta
+            refs = writer.Append(step + [None] * self.item_columns)  # then the items' columns
             for j in range(e):
                 if step[j] is not None:
                     self.refs[j].append(refs[j])
@@ -272,11 +282,18 @@ class _FrameStreams:
         return [refs[i] for i in range(first, first + self.stack)]
 
 
+# Chunk length of R2D2's frame layout (bench/atari_replay.py, docs/benchmarks.md).
+FRAME_CHUNK_LENGTH = 8
+
+
 class SequenceWriter(TransitionWriter):
     """Inserts R2D2 sequences (see SequenceAccumulator.add), one Reverb item each.
 
-    Sequences are large items: they go out in chunks of 2 (not 16) so that an
-    item reaches the server soon after the actor finished it.
+    Packed layout (sequence_signature): one column per field, chunks of 2 (not
+    16) so that an item reaches the server soon after the actor finished it.
+    Frame layout (start_frames; frame_sequence_signature): each slot's
+    observations are written once, as a stream, and an item references the L
+    consecutive steps it covers, so overlapping sequences share chunks.
     """
 
     FIELDS = (
@@ -291,15 +308,77 @@ class SequenceWriter(TransitionWriter):
     )
     TABLE = SEQUENCES_TABLE
 
-    def __init__(self, *args, chunk_length: int = 2, **kwargs):
+    def __init__(
+        self,
+        *args,
+        chunk_length: int = 2,
+        frame_chunk_length: int = FRAME_CHUNK_LENGTH,
+        **kwargs,
+    ):
         super().__init__(*args, chunk_length=chunk_length, **kwargs)
+        self._frame_chunk_length = int(frame_chunk_length)  # the frame layout's
+        self._length = 0  # L, set by start_frames
+        self._last_real: np.ndarray | None = None  # each slot's newest real observation
+        self._zero: np.ndarray | None = None
+
+    def start_frames(self, obs: np.ndarray, length: int, period: int) -> np.ndarray:
+        """Switches this writer to the frame layout; returns the positions of obs.
+
+        obs: [E, *obs], every slot's first observation; length, period: the
+        sequences' L and P. Column j (< E) of the
+        Reverb writer becomes slot j's stream of observations, one per env
+        step; from now on the actor passes, in place of each step's obs, the
+        position `start_frames` or `append_frames` returned for it
+        (SequenceAccumulator carries them like any obs), and appends each
+        step's next observations after writing that step's sequences (the
+        padding of an ended episode's sequences goes between). Chunks of
+        `frame_chunk_length` steps from now on. Call before the first write.
+        """
+        obs = np.asarray(obs)
+        e = obs.shape[0]
+        self._length = int(length)
+        self._chunk_length = self._frame_chunk_length
+        # Oldest step an item may still reference, counted back from a slot's
+        # newest: an open sequence's start (< L back) and its padding (< L).
+        keep = 2 * self._length + self._chunk_length + 1
+        self._writer.Close()  # nothing was written through it yet
+        self._writer = compat.reverb_trajectory_writer(self._client, self._chunk_length, 3000, keep)
+        # An item is sent once its chunks are complete: the sequences of up to
+        # chunk_length steps of every slot (those an episode's end emits at
+        # once included) and chunk_length items wait for them (a Flush would
+        # cut chunks short).
+        c = self._chunk_length
+        per_slot = (self._length + c) // max(1, int(period)) + 2
+        self._max_in_flight = max(self._max_in_flight, 2 * c + e * per_slot)
+        self._frames = _FrameStreams(e, self._length, keep, item_columns=2)
+        self._zero = np.zeros_like(obs[0])
+        positions = self._frames.append(self._writer, [[o] for o in obs])
+        self._last_real = positions.copy()
+        self.frames_written = int(self._frames.count.sum())
+        return positions
+
+    def append_frames(self, obs: np.ndarray) -> np.ndarray:
+        """Appends every slot's next observation obs [E, *obs] to its stream;
+        returns their positions."""
+        assert self._frames is not None, "start_frames first"
+        t0 = time.perf_counter()
+        positions = self._frames.append(self._writer, [[o] for o in np.asarray(obs)])
+        self._last_real = positions.copy()
+        self.frames_written = int(self._frames.count.sum())
+        self.seconds_writing += time.perf_counter() - t0
+        return positions
 
     def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
-        """Writes every sequence of `batch` (SequenceAccumulator.add) with its priority,
-        one column per field plus the provenance fields."""
+        """Writes every sequence of `batch` (SequenceAccumulator.add) with its priority:
+        packed, one column per field plus the provenance fields; or (after
+        start_frames) as a window of its slot's stream and two packed columns."""
         t0 = time.perf_counter()
         n = len(priorities)
         local = np.asarray(batch["slot"], np.int64)
+        if self._frames is not None:
+            self._insert_sequences(batch, local, priorities)
+            self.seconds_writing += time.perf_counter() - t0
+            return
         columns = {name: batch[name] for name in self.FIELDS}
         columns["actor"] = np.full(n, self._actor, np.int32)
         columns["slot"] = (self._slot_offset + local).astype(np.int32)
@@ -308,3 +387,43 @@ class SequenceWriter(TransitionWriter):
         columns["insert_time"] = np.full(n, time.time(), np.float64)
         self._insert(columns, priorities)
         self.seconds_writing += time.perf_counter() - t0
+
+    def _insert_sequences(self, batch, slots, priorities) -> None:
+        """One item per sequence: `obs_frames` references the L steps of its
+        slot's stream from its first position on (the steps after an episode's
+        end are zero observations, appended here once per slot as needed);
+        `floats` and `meta` are one step each of the writer's last two columns."""
+        frames, length = self._frames, self._length
+        e = frames.num_slots
+        floats, meta = pack_sequences(
+            batch,
+            int(self._actor),
+            self._slot_offset + slots,
+            self._epsilons[slots],
+            time.time(),
+        )
+        positions = np.asarray(batch["obs"], np.int64)
+        real = np.asarray(batch["mask"]).sum(axis=1).astype(np.int64)
+        # Columns in the signature's order (sorted names): floats, meta, obs_frames.
+        squeeze = [True, True, False]
+        w, table = self._writer, self._table
+        blank: list = [None] * e
+        n = len(priorities)
+        for j in self._confirmed_window(n):
+            s, first, k = int(slots[j]), int(positions[j, 0]), int(real[j])
+            if not np.array_equal(positions[j, :k], first + np.arange(k)):
+                raise RuntimeError(f"sequence {j}: its steps are not consecutive in its stream")
+            last = first + length - 1
+            if k < length:  # padded: zero observations after the episode's last one
+                if first + k - 1 != self._last_real[s]:
+                    raise RuntimeError(f"sequence {j}: padding after a step not the newest")
+                pad = last + 1 - int(frames.count[s])
+                if pad > 0:
+                    zeros = [[] for _ in range(e)]
+                    zeros[s] = [self._zero] * pad
+                    frames.append(w, zeros)
+            refs = w.Append(blank + [floats[j], meta[j]])[e:]
+            columns = [[refs[0]], [refs[1]], frames.window(s, last)]
+            w.CreateItem(table, float(priorities[j]), columns, squeeze)
+        self.frames_written = int(frames.count.sum())
+        self.items_written += n

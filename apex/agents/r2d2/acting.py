@@ -16,13 +16,31 @@ class RecurrentActor(Actor):
 
     Same arguments as apex.agents.acting.Actor; `writer` is a SequenceWriter. Initial
     priorities are computed here from the actor's own Q-values with R2D2's
-    eta mixture (replay.insert_priority='actor_td').
+    eta mixture (replay.insert_priority='actor_td'). With image observations
+    (apex.replay.tables.sequence_stores_frames) the writer stores each
+    observation once: the accumulator then carries each observation's
+    position in its slot's stream instead of the observation itself.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._state = self._qs.initial_state(self._num_envs)
         self._discount = float(self._config.replay.discount)
+        self._frames_on: bool | None = None  # decided on the first step
+        self._positions: np.ndarray | None = None  # stream positions of self._obs
+
+    def _frame_writer(self):
+        """The writer if this actor stores each observation once (the frame
+        layout, apex.replay.tables.sequence_stores_frames), else None (packed,
+        or a writer that takes only whole items, e.g. a test's fake)."""
+        from apex.envs import spec_of
+        from apex.replay.tables import sequence_stores_frames
+
+        if self._frames_on is None:
+            self._frames_on = hasattr(self._writer, "start_frames") and sequence_stores_frames(
+                self._config, spec_of(self._envs[0])
+            )
+        return self._writer if self._frames_on else None
 
     def _make_accumulator(self) -> SequenceAccumulator:
         q = self._config.r2d2
@@ -76,8 +94,17 @@ class RecurrentActor(Actor):
                 ended.append(j)
                 o, _ = env.reset()
             next_obs[j] = to_observation(o)
+        frames = self._frame_writer()
+        obs_in = self._obs
+        if frames is not None:  # positions in each slot's stream stand for the obs
+            if self._positions is None:
+                r = self._config.r2d2
+                self._positions = frames.start_frames(
+                    self._obs, r.sequence_length, r.sequence_period
+                )
+            obs_in = self._positions
         batch = self._acc.add(
-            self._obs,
+            obs_in,
             actions,
             rewards,
             discounts,
@@ -93,6 +120,8 @@ class RecurrentActor(Actor):
             c[ended] = 0.0
         self._state = (h, c)
         written = 0 if batch is None else self._write(batch, self.sequence_td(batch))
+        if frames is not None:  # after the ended episodes' padding
+            self._positions = frames.append_frames(next_obs)
         self._end_episodes(rewards, ended)
         self._obs = next_obs
         self.env_steps += e

@@ -3,6 +3,7 @@ Q-network, burn-in and value-rescaled n-step targets."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from apex.agents.builder import AgentBuilder
@@ -45,9 +46,25 @@ class R2D2Builder(AgentBuilder):
             )
 
     def item_signature(self, config, spec):
-        from apex.replay.tables import sequence_signature
+        from apex.replay.tables import (
+            frame_sequence_signature,
+            sequence_signature,
+            sequence_stores_frames,
+        )
 
-        return sequence_signature(spec, config.r2d2.sequence_length, config.r2d2.lstm_size)
+        q = config.r2d2
+        if sequence_stores_frames(config, spec):  # each observation stored once (issue 16)
+            return frame_sequence_signature(spec, q.sequence_length, q.lstm_size)
+        return sequence_signature(spec, q.sequence_length, q.lstm_size)
+
+    def input_transform(self) -> Callable[[dict], dict]:
+        """Sequences of the frame layout back to sequence_signature's fields
+        (apex.replay.tables.unpack_sequences); packed ones pass as they are."""
+        import tensorflow as tf
+
+        from apex.replay.tables import unpack_sequences
+
+        return lambda data: unpack_sequences(data, tf)
 
     def make_writer(self, client, actor_id, epsilons, slot_offset, should_stop):
         from apex.replay.writer import SequenceWriter

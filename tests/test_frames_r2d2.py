@@ -1,0 +1,216 @@
+"""Observations stored once for R2D2 (issue 16, part 2): a sequence item
+references the L steps it covers in its slot's stream of observations instead
+of holding them whole, and the learner gets the same sequences, bit for bit.
+
+Each test runs the same recurrent actor (same seed, same weights, so the same
+actions and states) twice, once per layout, into a FIFO queue with the layout's
+signature, and reads the items back through the learner's own dataset and
+input transform, and through a checkpoint (the tools' view). The scripted
+frames encode (episode, t); its episodes (tests.test_frames.LENGTHS: 1 to 13
+steps, terminated or truncated) are shorter than a sequence, end inside one,
+or span several overlapping ones (L = 8, P = 4).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import reverb
+
+from apex.agents import get_builder
+from apex.agents.policy import make_network
+from apex.config import ApexConfig
+from apex.envs import env_spec
+from apex.replay.checkpoint_reader import iter_items
+from apex.replay.dataset import make_dataset
+from apex.replay.tables import (
+    SEQUENCES_TABLE,
+    item_signature,
+    sequence_stores_frames,
+    unpack_item,
+)
+from apex.replay.writer import SequenceWriter
+from tests.fakes import FakeVariableSource
+from tests.test_frames import SIZE, ScriptedFrames
+
+SINGLE = "ApexTest/ScriptedFramesSingle-v0"  # [SIZE, SIZE] frames, no stack
+STACKED = "ApexTest/ScriptedFramesStacked-v0"  # [4, SIZE, SIZE] stacks
+for _name, _entry in (
+    (SINGLE, ScriptedFrames),
+    (STACKED, lambda: gym.wrappers.FrameStackObservation(ScriptedFrames(), 4)),
+):
+    if _name not in gym.registry:
+        gym.register(_name, entry_point=_entry)
+
+FIELDS = (*SequenceWriter.FIELDS, "actor", "slot", "epsilon", "version")
+
+
+def r2d2_config(env_id: str = SINGLE, length: int = 8, period: int = 4) -> ApexConfig:
+    c = ApexConfig()
+    c.agent = "r2d2"
+    c.env.id = env_id
+    c.env.frame_stack = 4 if env_id == STACKED else 1
+    c.actor.envs_per_actor = 3
+    c.replay.n_step = 2
+    c.replay.discount = 0.9
+    c.learner.hidden_sizes = (8,)
+    c.r2d2.sequence_length = length
+    c.r2d2.sequence_period = period
+    c.r2d2.burn_in = 2
+    c.r2d2.lstm_size = 4
+    return c
+
+
+def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int | None = None):
+    """Every sequence an actor of `config` writes in `steps` vector steps, in
+    insertion order, as the learner's input transform gives them (numpy)."""
+    from apex.agents.r2d2.acting import RecurrentActor
+
+    c = config
+    c.replay.frame_storage = layout
+    spec = env_spec(c.env)
+    signature = item_signature(c, spec)
+    server = reverb.Server(
+        [reverb.Table.queue(SEQUENCES_TABLE, max_size=100_000, signature=signature)]
+    )
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        weights = make_network(c, spec, seed=0).get_weights()
+        eps = np.full(c.actor.envs_per_actor, 0.5, np.float32)
+        kwargs = {} if chunk_length is None else {"frame_chunk_length": chunk_length}
+        writer = SequenceWriter(client, 0, eps, slot_offset=5, table=SEQUENCES_TABLE, **kwargs)
+        with writer:
+            actor = RecurrentActor(c, 0, FakeVariableSource(weights, version=2), writer)
+            for _ in range(steps):
+                actor.step()
+            actor.close()
+            assert writer.stores_frames == (layout == "auto")
+            frames_written = writer.frames_written
+        n = client.server_info()[SEQUENCES_TABLE].current_size
+        assert n == actor.items_written > 0
+        ckpt_path = client.checkpoint()
+        ckpt = [unpack_item(it.data) for it in iter_items(ckpt_path, SEQUENCES_TABLE)]
+        ds = make_dataset(
+            f"localhost:{server.port}",
+            signature,
+            batch_size=n,
+            prefetch=0,
+            table=SEQUENCES_TABLE,
+            transform=get_builder(c).input_transform(),
+        )
+        out = {k: v.numpy() for k, v in next(iter(ds)).data.items()}
+        out["checkpoint"] = {k: np.stack([it[k] for it in ckpt]) for k in FIELDS}
+        out["frames_written"] = frames_written
+        out["episodes"] = actor.episodes
+        out["env_steps"] = actor.env_steps
+        return out
+    finally:
+        server.stop()
+
+
+def assert_same_items(old: dict, new: dict) -> None:
+    assert set(old) == set(new)
+    for k in FIELDS:
+        np.testing.assert_array_equal(old["checkpoint"][k], old[k], err_msg=k)
+        np.testing.assert_array_equal(new["checkpoint"][k], new[k], err_msg=k)
+        assert old[k].dtype == new[k].dtype, k
+        assert old[k].shape == new[k].shape, k
+        np.testing.assert_array_equal(old[k], new[k], err_msg=k)
+
+
+def test_the_layout_is_chosen_by_image_observations():
+    c = r2d2_config()
+    spec = env_spec(c.env)
+    assert sequence_stores_frames(c, spec)
+    sig = item_signature(c, spec)
+    assert set(sig) == {"obs_frames", "floats", "meta"}
+    assert sig["obs_frames"].shape == (8, SIZE, SIZE)
+    assert sig["floats"].shape == (4 * 8 + 2 * 4,)
+    c.replay.frame_storage = "packed"
+    assert not sequence_stores_frames(c, spec)
+    assert item_signature(c, spec)["obs"].shape == (8, SIZE, SIZE)
+    cartpole = r2d2_config()
+    cartpole.env.id = "CartPole-v1"
+    cartpole.env.frame_stack = 1
+    assert not sequence_stores_frames(cartpole, env_spec(cartpole.env))
+    assert "obs" in item_signature(cartpole, env_spec(cartpole.env))
+
+
+@pytest.mark.parametrize("env_id", [SINGLE, pytest.param(STACKED, marks=pytest.mark.slow)])
+def test_scripted_sequences_reach_the_learner_bit_identical_to_the_packed_layout(env_id):
+    old = run_layout(r2d2_config(env_id), "packed", 60)
+    new = run_layout(r2d2_config(env_id), "auto", 60)
+    assert_same_items(old, new)
+    assert new["episodes"] > 10  # starts, terminations, truncations all met
+    mask, obs = new["mask"], new["obs"]
+    newest = obs if env_id == SINGLE else obs[:, :, -1]
+    episode, t = newest[:, :, 0, 0].astype(int), newest[:, :, 0, 1].astype(int)
+    real = mask > 0
+    # real steps: one episode, consecutive t from start_step; padding: zeros
+    np.testing.assert_array_equal(t[:, 0], new["start_step"])
+    steps = new["start_step"][:, None] + np.arange(8)
+    np.testing.assert_array_equal(np.where(real, t, -1), np.where(real, steps, -1))
+    assert (episode == episode[:, :1])[real].all()
+    assert (obs[~real] == 0).all()
+    padded = (~real).any(axis=1)
+    assert padded.any() and (~padded).any()
+    assert (real.sum(axis=1) < 4).any()  # episodes shorter than the period
+    # overlap: a later sequence of the same slot and episode starts P steps on
+    full = ~padded
+    assert (new["start_step"][full] == 4).any()
+    # each observation stored once (every slot's first one, then one per env
+    # step), plus fewer than L zero observations after an episode's end
+    stored = new["env_steps"] + 3
+    assert stored <= new["frames_written"] < stored + new["episodes"] * 8
+
+
+@pytest.mark.slow
+def test_sequences_that_do_not_overlap_are_bit_identical_too():
+    old = run_layout(r2d2_config(period=8), "packed", 40)  # period = length
+    new = run_layout(r2d2_config(period=8), "auto", 40)
+    assert_same_items(old, new)
+    assert (new["start_step"] % 8 == 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk_length", [1, 16])
+def test_chunk_lengths_change_nothing_the_learner_sees(chunk_length):
+    old = run_layout(r2d2_config(), "packed", 30)
+    new = run_layout(r2d2_config(), "auto", 30, chunk_length=chunk_length)
+    assert_same_items(old, new)
+
+
+def test_tools_decode_a_frame_sequence_into_its_fields():
+    length, hidden = 3, 2
+    floats = np.arange(4 * length + 2 * hidden, dtype=np.float32)
+    item = {
+        "obs_frames": np.arange(length * 4, dtype=np.uint8).reshape(length, 2, 2),
+        "floats": floats,
+        "meta": np.array([40, 1, 7, 0.25, 3, 1e9], np.float64),
+    }
+    data = unpack_item(item)
+    np.testing.assert_array_equal(data["obs"], item["obs_frames"])
+    np.testing.assert_array_equal(data["action"], [0, 1, 2])
+    assert data["action"].dtype == np.int32
+    np.testing.assert_array_equal(data["mask"], [9, 10, 11])
+    np.testing.assert_array_equal(data["state_h"], [12, 13])
+    np.testing.assert_array_equal(data["state_c"], [14, 15])
+    assert int(data["start_step"]) == 40 and int(data["slot"]) == 7
+    assert data["version"].dtype == np.int64 and data["epsilon"].dtype == np.float32
+
+
+def test_a_packed_r2d2_checkpoint_is_refused_naming_frame_storage_packed():
+    from apex import checkpointing
+
+    def manifest(layout: str) -> dict:
+        c = r2d2_config()
+        c.replay.frame_storage = layout
+        return checkpointing.make_manifest(c, item_signature(c, env_spec(c.env)), [[1]])
+
+    old = manifest("packed")
+    del old["config"]["replay"]["frame_storage"]  # written before the field existed
+    problems = checkpointing.compatibility_problems(old, manifest("auto"))
+    assert len(problems) == 1 and "replay signature differs" in problems[0]
+    assert "resume it with --config.replay.frame_storage=packed" in problems[0]
+    assert checkpointing.compatibility_problems(old, manifest("packed")) == []
