@@ -62,6 +62,9 @@ def test_central_inference_a_model_store_and_two_shards_learn_cartpole_within_th
         "--config.actor.inference=central",
         "--config.model_store.enabled=true",
         "--config.replay.num_shards=2",
+        # Evaluations every 5 s, not 2: near the solve, 10 evaluation episodes of
+        # CartPole cost about as much CPU as the actors (CI's two cores).
+        "--config.evaluation.period_seconds=5",
         "--config.stop.when_solved=true",
         "--config.stop.max_wall_seconds=None",
         "--config.stop.max_actor_steps=600000",
