@@ -142,27 +142,9 @@ def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int = 
             actor.close()
             assert writer.stores_frames == (layout == "auto")
             frames_written = writer.frames_written
-        n = client.server_info()[TRANSITIONS_TABLE].current_size
-        assert n == actor.items_written > 0
-        # The tools' view first (the queue loses what the dataset samples):
-        # a checkpoint read back with apex's reader, in insertion order.
-        ckpt_path = client.checkpoint()
-        ckpt = [unpack_item(it.data) for it in iter_items(ckpt_path, TRANSITIONS_TABLE)]
-        ds = make_dataset(
-            f"localhost:{server.port}",
-            signature,
-            batch_size=n,
-            prefetch=0,
-            transform=get_builder(c).input_transform(),
+        return read_back(
+            server, client, TRANSITIONS_TABLE, signature, c, FIELDS, actor, frames_written
         )
-        data = next(iter(ds)).data
-        out = {k: v.numpy() for k, v in data.items()}
-        out["checkpoint"] = {k: np.stack([it[k] for it in ckpt]) for k in FIELDS}
-        out["checkpoint_path"] = ckpt_path
-        out["frames_written"] = frames_written
-        out["episodes"] = actor.episodes
-        out["env_steps"] = actor.env_steps
-        return out
     finally:
         server.stop()
 
@@ -170,8 +152,35 @@ def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int = 
 FIELDS = ("obs", "next_obs", "action", "reward", "discount", "slot", "version", "epsilon")
 
 
-def assert_same_items(old: dict, new: dict) -> None:
-    for k in FIELDS:
+def read_back(server, client, table, signature, config, fields, actor, frames_written) -> dict:
+    """What the learner and the tools get of `table`'s items: the learner's
+    dataset + input transform (numpy, by field name) and, under "checkpoint",
+    the same `fields` read back by apex's checkpoint reader in insertion order;
+    plus the actor's counts. Shared by the Ape-X and R2D2 layout tests."""
+    n = client.server_info()[table].current_size
+    assert n == actor.items_written > 0
+    # The tools' view first (the queue loses what the dataset samples).
+    ckpt_path = client.checkpoint()
+    ckpt = [unpack_item(it.data) for it in iter_items(ckpt_path, table)]
+    ds = make_dataset(
+        f"localhost:{server.port}",
+        signature,
+        batch_size=n,
+        prefetch=0,
+        table=table,
+        transform=get_builder(config).input_transform(),
+    )
+    out = {k: v.numpy() for k, v in next(iter(ds)).data.items()}
+    out["checkpoint"] = {k: np.stack([it[k] for it in ckpt]) for k in fields}
+    out["checkpoint_path"] = ckpt_path
+    out["frames_written"] = frames_written
+    out["episodes"] = actor.episodes
+    out["env_steps"] = actor.env_steps
+    return out
+
+
+def assert_same_items(old: dict, new: dict, fields: tuple = FIELDS) -> None:
+    for k in fields:
         # the checkpoint reader (tools.replay, the inspector) decodes each
         # layout into the same fields as the learner's input transform
         np.testing.assert_array_equal(old["checkpoint"][k], old[k], err_msg=k)

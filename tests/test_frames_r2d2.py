@@ -18,12 +18,9 @@ import numpy as np
 import pytest
 import reverb
 
-from apex.agents import get_builder
 from apex.agents.policy import make_network
 from apex.config import ApexConfig
 from apex.envs import env_spec
-from apex.replay.checkpoint_reader import iter_items
-from apex.replay.dataset import make_dataset
 from apex.replay.tables import (
     SEQUENCES_TABLE,
     item_signature,
@@ -32,7 +29,8 @@ from apex.replay.tables import (
 )
 from apex.replay.writer import SequenceWriter
 from tests.fakes import FakeVariableSource
-from tests.test_frames import SIZE, ScriptedFrames
+from tests.test_frames import SIZE, ScriptedFrames, read_back
+from tests.test_frames import assert_same_items as assert_same_frames_items
 
 SINGLE = "ApexTest/ScriptedFramesSingle-v0"  # [SIZE, SIZE] frames, no stack
 STACKED = "ApexTest/ScriptedFramesStacked-v0"  # [4, SIZE, SIZE] stacks
@@ -87,36 +85,16 @@ def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int | 
             actor.close()
             assert writer.stores_frames == (layout == "auto")
             frames_written = writer.frames_written
-        n = client.server_info()[SEQUENCES_TABLE].current_size
-        assert n == actor.items_written > 0
-        ckpt_path = client.checkpoint()
-        ckpt = [unpack_item(it.data) for it in iter_items(ckpt_path, SEQUENCES_TABLE)]
-        ds = make_dataset(
-            f"localhost:{server.port}",
-            signature,
-            batch_size=n,
-            prefetch=0,
-            table=SEQUENCES_TABLE,
-            transform=get_builder(c).input_transform(),
+        return read_back(
+            server, client, SEQUENCES_TABLE, signature, c, FIELDS, actor, frames_written
         )
-        out = {k: v.numpy() for k, v in next(iter(ds)).data.items()}
-        out["checkpoint"] = {k: np.stack([it[k] for it in ckpt]) for k in FIELDS}
-        out["frames_written"] = frames_written
-        out["episodes"] = actor.episodes
-        out["env_steps"] = actor.env_steps
-        return out
     finally:
         server.stop()
 
 
 def assert_same_items(old: dict, new: dict) -> None:
     assert set(old) == set(new)
-    for k in FIELDS:
-        np.testing.assert_array_equal(old["checkpoint"][k], old[k], err_msg=k)
-        np.testing.assert_array_equal(new["checkpoint"][k], new[k], err_msg=k)
-        assert old[k].dtype == new[k].dtype, k
-        assert old[k].shape == new[k].shape, k
-        np.testing.assert_array_equal(old[k], new[k], err_msg=k)
+    assert_same_frames_items(old, new, FIELDS)
 
 
 def test_the_layout_is_chosen_by_image_observations():
