@@ -105,6 +105,28 @@ class Actor(abc.ABC):
     def epsilons(self) -> np.ndarray:
         return self._epsilons
 
+    # Frames stored once (issue 16): decided on the first step; the stream
+    # positions of self._obs while it is on.
+    _frames_on: bool | None = None
+    _positions: np.ndarray | None = None
+
+    def _stores_frames(self, spec: Any) -> bool:
+        """Whether this agent's items store each frame once for envs of `spec`
+        (the agent's rule in apex.replay.tables); none by default."""
+        return False
+
+    def _frame_writer(self) -> Any:
+        """The writer if this actor stores each frame once, else None (the
+        config's layout is packed, or the writer takes only whole items, e.g.
+        a test's recording fake)."""
+        if self._frames_on is None:
+            from apex.envs import spec_of
+
+            self._frames_on = hasattr(self._writer, "start_frames") and self._stores_frames(
+                spec_of(self._envs[0])
+            )
+        return self._writer if self._frames_on else None
+
     @abc.abstractmethod
     def _make_accumulator(self) -> Any:
         """The accumulator turning this actor's steps into items."""

@@ -22,21 +22,10 @@ class VectorActor(Actor):
     writer turns positions into references to frame windows.
     """
 
-    _frames_on: bool | None = None  # decided on the first step
-    _positions: np.ndarray | None = None  # frame positions of self._obs (frames stored once)
-
-    def _frame_writer(self):
-        """The writer if this actor stores each frame once, else None (the
-        config's layout is packed, or the writer takes only whole items, e.g.
-        a test's recording fake)."""
-        from apex.envs import spec_of
+    def _stores_frames(self, spec) -> bool:
         from apex.replay.tables import stores_frames
 
-        if self._frames_on is None:
-            self._frames_on = hasattr(self._writer, "start_frames") and stores_frames(
-                self._config, spec_of(self._envs[0])
-            )
-        return self._writer if self._frames_on else None
+        return stores_frames(self._config, spec)
 
     def _make_accumulator(self) -> NStepAccumulator:
         return NStepAccumulator(

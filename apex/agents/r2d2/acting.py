@@ -26,21 +26,11 @@ class RecurrentActor(Actor):
         super().__init__(*args, **kwargs)
         self._state = self._qs.initial_state(self._num_envs)
         self._discount = float(self._config.replay.discount)
-        self._frames_on: bool | None = None  # decided on the first step
-        self._positions: np.ndarray | None = None  # stream positions of self._obs
 
-    def _frame_writer(self):
-        """The writer if this actor stores each observation once (the frame
-        layout, apex.replay.tables.sequence_stores_frames), else None (packed,
-        or a writer that takes only whole items, e.g. a test's fake)."""
-        from apex.envs import spec_of
+    def _stores_frames(self, spec) -> bool:
         from apex.replay.tables import sequence_stores_frames
 
-        if self._frames_on is None:
-            self._frames_on = hasattr(self._writer, "start_frames") and sequence_stores_frames(
-                self._config, spec_of(self._envs[0])
-            )
-        return self._writer if self._frames_on else None
+        return sequence_stores_frames(self._config, spec)
 
     def _make_accumulator(self) -> SequenceAccumulator:
         q = self._config.r2d2
