@@ -272,6 +272,13 @@ def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> li
                     " (a checkpoint of whole observations in every item, from before frames "
                     "were stored once: resume it with --config.replay.frame_storage=packed)"
                 )
+            elif "obs_frames" in saved_keys & current_keys:
+                # compressed frames or not: a checkpoint from before the field is 'none'
+                was = old_cfg.get("replay", {}).get("frame_compression", "none")
+                hint = (
+                    f" (its frames were stored with replay.frame_compression={was!r}: "
+                    f"resume it with --config.replay.frame_compression={was})"
+                )
             problems.append(
                 f"the replay signature differs: {saved_sig} in the checkpoint, {current_sig} now"
                 + hint

@@ -100,7 +100,7 @@ class Learner(acme_core.Saveable):
         # S > 1: the shards' batches come through the sampler (drainer threads
         # start on the first step) into a tf.function taking the batch, which
         # applies the input transform itself (fewer tensors cross Python per batch).
-        self._transform = builder.input_transform()
+        self._transform = builder.input_transform(config, spec)
         self._datasets = [
             make_dataset(
                 a,

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import reverb
+import tensorflow as tf
 
 from apex.agents import get_builder
 from apex.agents.policy import make_network
@@ -119,13 +120,20 @@ def atari_config() -> ApexConfig:
     return c
 
 
-def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int = 4) -> dict:
+def run_layout(
+    config: ApexConfig,
+    layout: str,
+    steps: int,
+    chunk_length: int = 4,
+    compression: str = "zstd",
+) -> dict:
     """Every item an actor of `config` writes in `steps` vector steps, in insertion
     order, as the learner's input transform gives them (numpy, by field name)."""
     from apex.agents.dqn.acting import VectorActor
 
     c = config
     c.replay.frame_storage = layout
+    c.replay.frame_compression = compression
     spec = env_spec(c.env)
     signature = item_signature(c, spec)
     server = reverb.Server(
@@ -142,9 +150,11 @@ def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int = 
             actor.close()
             assert writer.stores_frames == (layout == "auto")
             frames_written = writer.frames_written
-        return read_back(
+            stored_bytes = writer.frame_bytes
+        out = read_back(
             server, client, TRANSITIONS_TABLE, signature, c, FIELDS, actor, frames_written
         )
+        return {**out, "stored_bytes": stored_bytes}
     finally:
         server.stop()
 
@@ -168,7 +178,7 @@ def read_back(server, client, table, signature, config, fields, actor, frames_wr
         batch_size=n,
         prefetch=0,
         table=table,
-        transform=get_builder(config).input_transform(),
+        transform=get_builder(config).input_transform(config, env_spec(config.env)),
     )
     out = {k: v.numpy() for k, v in next(iter(ds)).data.items()}
     out["checkpoint"] = {k: np.stack([it[k] for it in ckpt]) for k in fields}
@@ -194,6 +204,10 @@ def test_the_layout_is_chosen_by_the_stacked_frames():
     c = scripted_config()
     spec = env_spec(c.env)
     assert stores_frames(c, spec)
+    sig = item_signature(c, spec)  # compressed by default: one zstd frame per value
+    assert sig["obs_frames"].shape == (4,) and sig["obs_frames"].dtype == tf.string
+    assert sig["obs_frames"].name == "frames:zstd"
+    c.replay.frame_compression = "none"
     assert item_signature(c, spec)["obs_frames"].shape == (4, SIZE, SIZE)
     c.replay.frame_storage = "packed"
     assert not stores_frames(c, spec)
@@ -203,11 +217,18 @@ def test_the_layout_is_chosen_by_the_stacked_frames():
 
 
 @pytest.mark.parametrize(
-    "n_step", [pytest.param(1, marks=pytest.mark.slow), 3, pytest.param(5, marks=pytest.mark.slow)]
+    ("n_step", "compression"),
+    [
+        pytest.param(1, "zstd", marks=pytest.mark.slow),
+        (3, "zstd"),
+        (3, "none"),
+        pytest.param(3, "lz4", marks=pytest.mark.slow),
+        pytest.param(5, "zstd", marks=pytest.mark.slow),
+    ],
 )
-def test_scripted_frames_reach_the_learner_bit_identical_to_the_packed_layout(n_step):
+def test_scripted_frames_reach_the_learner_bit_identical_to_the_packed_layout(n_step, compression):
     old = run_layout(scripted_config(n_step=n_step), "packed", 60)
-    new = run_layout(scripted_config(n_step=n_step), "auto", 60)
+    new = run_layout(scripted_config(n_step=n_step), "auto", 60, compression=compression)
     assert_same_items(old, new)
     assert old["episodes"] > 10  # starts, terminations, truncations all met
     # What the stacks hold: obs's newest frame is step t of its episode, the
@@ -229,6 +250,8 @@ def test_scripted_frames_reach_the_learner_bit_identical_to_the_packed_layout(n_
     # Each frame is stored once, plus the 3 padding frames of every episode start.
     frames = new["env_steps"] + 4 * (new["episodes"] + 3)  # each slot's first stack too
     assert new["frames_written"] == frames
+    # stored as compressed values (6x6 frames are too small to shrink; Pong's do)
+    assert (new["stored_bytes"] > 0) == (compression != "none")
 
 
 def test_zero_padded_stacks_at_episode_starts_are_kept():
@@ -259,11 +282,13 @@ def test_chunk_lengths_change_nothing_the_learner_sees(chunk_length):
 @pytest.mark.slow
 def test_pong_frames_reach_the_learner_bit_identical_to_the_packed_layout():
     old = run_layout(atari_config(), "packed", 90, chunk_length=16)
-    new = run_layout(atari_config(), "auto", 90, chunk_length=16)
+    new = run_layout(atari_config(), "auto", 90, chunk_length=16)  # zstd, the default
     assert_same_items(old, new)
     assert new["episodes"] >= 2  # truncated at 40 steps: bootstraps at episode ends
     assert new["obs"].shape[1:] == (4, 84, 84) and new["obs"].dtype == np.uint8
     assert new["obs"].any()
+    # zstd keeps a Pong frame in far fewer bytes than its 7,056 raw ones
+    assert new["stored_bytes"] < new["frames_written"] * 84 * 84 / 10
 
 
 def test_tools_decode_a_frame_item_into_obs_and_next_obs():
@@ -315,3 +340,21 @@ def test_a_checkpoint_of_the_packed_layout_is_refused_by_name_unless_resumed_pac
     assert "resume it with --config.replay.frame_storage=packed" in problems[0]
     # the old layout lives on: resuming with replay.frame_storage='packed' works
     assert checkpointing.compatibility_problems(old, manifest("packed")) == []
+
+
+def test_a_checkpoint_of_other_frame_compression_is_refused_naming_it():
+    from apex import checkpointing
+
+    def manifest(compression: str) -> dict:
+        c = scripted_config()
+        c.replay.frame_compression = compression
+        return checkpointing.make_manifest(c, item_signature(c, env_spec(c.env)), [[1]])
+
+    old = manifest("none")
+    del old["config"]["replay"]["frame_compression"]  # written before the field existed
+    problems = checkpointing.compatibility_problems(old, manifest("zstd"))
+    assert len(problems) == 1 and "replay signature differs" in problems[0]
+    assert "resume it with --config.replay.frame_compression=none" in problems[0]
+    assert checkpointing.compatibility_problems(old, manifest("none")) == []
+    # blocks say their codec: a zstd run resumes an lz4 checkpoint and decodes both
+    assert checkpointing.compatibility_problems(manifest("lz4"), manifest("zstd")) == []

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import reverb
+import tensorflow as tf
 
 from apex.agents.policy import make_network
 from apex.config import ApexConfig
@@ -60,13 +61,20 @@ def r2d2_config(env_id: str = SINGLE, length: int = 8, period: int = 4) -> ApexC
     return c
 
 
-def run_layout(config: ApexConfig, layout: str, steps: int, chunk_length: int | None = None):
+def run_layout(
+    config: ApexConfig,
+    layout: str,
+    steps: int,
+    chunk_length: int | None = None,
+    compression: str = "zstd",
+):
     """Every sequence an actor of `config` writes in `steps` vector steps, in
     insertion order, as the learner's input transform gives them (numpy)."""
     from apex.agents.r2d2.acting import RecurrentActor
 
     c = config
     c.replay.frame_storage = layout
+    c.replay.frame_compression = compression
     spec = env_spec(c.env)
     signature = item_signature(c, spec)
     server = reverb.Server(
@@ -103,7 +111,10 @@ def test_the_layout_is_chosen_by_image_observations():
     assert sequence_stores_frames(c, spec)
     sig = item_signature(c, spec)
     assert set(sig) == {"obs_frames", "floats", "meta"}
-    assert sig["obs_frames"].shape == (8, SIZE, SIZE)
+    # compressed by default, in blocks of gcd(L=8, P=4) = 4 observations
+    assert sig["obs_frames"].shape == (2,) and sig["obs_frames"].dtype == tf.string
+    c.replay.frame_compression = "none"
+    assert item_signature(c, spec)["obs_frames"].shape == (8, SIZE, SIZE)
     assert sig["floats"].shape == (4 * 8 + 2 * 4,)
     c.replay.frame_storage = "packed"
     assert not sequence_stores_frames(c, spec)
@@ -115,10 +126,20 @@ def test_the_layout_is_chosen_by_image_observations():
     assert "obs" in item_signature(cartpole, env_spec(cartpole.env))
 
 
-@pytest.mark.parametrize("env_id", [SINGLE, pytest.param(STACKED, marks=pytest.mark.slow)])
-def test_scripted_sequences_reach_the_learner_bit_identical_to_the_packed_layout(env_id):
+@pytest.mark.parametrize(
+    ("env_id", "compression"),
+    [
+        (SINGLE, "zstd"),
+        (SINGLE, "none"),
+        pytest.param(SINGLE, "lz4", marks=pytest.mark.slow),
+        pytest.param(STACKED, "zstd", marks=pytest.mark.slow),
+    ],
+)
+def test_scripted_sequences_reach_the_learner_bit_identical_to_the_packed_layout(
+    env_id, compression
+):
     old = run_layout(r2d2_config(env_id), "packed", 60)
-    new = run_layout(r2d2_config(env_id), "auto", 60)
+    new = run_layout(r2d2_config(env_id), "auto", 60, compression=compression)
     assert_same_items(old, new)
     assert new["episodes"] > 10  # starts, terminations, truncations all met
     mask, obs = new["mask"], new["obs"]
@@ -144,11 +165,14 @@ def test_scripted_sequences_reach_the_learner_bit_identical_to_the_packed_layout
 
 
 @pytest.mark.slow
-def test_sequences_that_do_not_overlap_are_bit_identical_too():
-    old = run_layout(r2d2_config(period=8), "packed", 40)  # period = length
-    new = run_layout(r2d2_config(period=8), "auto", 40)
+@pytest.mark.parametrize("period", [8, 6])
+def test_other_periods_are_bit_identical_too(period):
+    # period 8 = L: no overlap, one block of 8 per sequence; period 6: blocks
+    # of gcd(8, 6) = 2 observations
+    old = run_layout(r2d2_config(period=period), "packed", 40)
+    new = run_layout(r2d2_config(period=period), "auto", 40)
     assert_same_items(old, new)
-    assert (new["start_step"] % 8 == 0).all()
+    assert (new["start_step"] % period == 0).all()
 
 
 @pytest.mark.slow

@@ -202,6 +202,12 @@ class Actor(abc.ABC):
         writing = getattr(self._writer, "seconds_writing", None)
         if writing is not None:
             row["actor/insert_seconds"] = writing
+        frames = getattr(self._writer, "frames_written", 0)
+        if frames:  # frames stored once (issue 16): what each costs before Reverb's Snappy
+            row["actor/frames_stored"] = frames
+            stored = getattr(self._writer, "frame_bytes", 0)
+            if stored:
+                row["actor/frame_bytes_compressed"] = stored
         if rate is not None:
             row["actor/env_steps_per_second"] = rate
         if returns:

@@ -60,8 +60,9 @@ class AgentBuilder(abc.ABC):
     def item_signature(self, config: ApexConfig, spec: EnvSpec) -> dict[str, tf.TensorSpec]:
         """The signature of one stored item."""
 
-    def input_transform(self) -> Callable[[dict], dict] | None:
-        """Maps a sampled batch (tf) to the named fields the loss reads (None: as stored)."""
+    def input_transform(self, config: ApexConfig, spec: EnvSpec) -> Callable[[dict], dict] | None:
+        """Maps a sampled batch (tf) of `config`'s items on envs of `spec` to
+        the named fields the loss reads (None: as stored)."""
         return None
 
     @abc.abstractmethod

@@ -98,6 +98,15 @@ class ReplayConfig:
     gets the same data, bit for bit. 'packed' stores every item's observations
     whole (the layout before issue 16; it resumes checkpoints of that layout).
     Vector observations are always packed."""
+    frame_compression: str = "zstd"
+    """How frames stored once (frame_storage='auto' on image observations) are
+    compressed on the actor before Reverb's own Snappy: 'zstd' (default),
+    'lz4' (faster, larger) or 'none'. Ape-X compresses each frame alone; R2D2
+    each block of up to 8 consecutive observations (a divisor of the sequence
+    length and period, so no sequence decodes more than its own steps). The
+    learner decodes them back bit for bit; tools.replay shows them as images.
+    Pong, per frame: Snappy alone ~374 B, zstd ~155 B, zstd blocks of 8 ~55 B
+    (docs/benchmarks.md, issue 16)."""
     colocate_with_learner: bool = True
     """Run the Reverb server in the learner's process (no gRPC on sampling)."""
     port: int | None = None

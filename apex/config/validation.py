@@ -276,6 +276,12 @@ def validate(config: ApexConfig) -> None:
         r.frame_storage,
         "one of ['auto', 'packed']",
     )
+    _check(
+        r.frame_compression in ("zstd", "lz4", "none"),
+        "replay.frame_compression",
+        r.frame_compression,
+        "one of ['zstd', 'lz4', 'none']",
+    )
     if r.port is not None:
         _check(
             _is_int(r.port) and 1 <= r.port <= 65535,

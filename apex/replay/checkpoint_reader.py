@@ -257,7 +257,19 @@ def _packer(signature: Any | None, num_columns: int) -> Any:
         isinstance(v, tf.TensorSpec) for v in signature.values()
     ):  # a flat dict (apex's tables): the fast path, same order as tf.nest
         keys = sorted(signature)
-        return lambda columns: dict(zip(keys, columns))
+        # squeeze_single_step drops a leading axis of 1 that the signature has
+        # (e.g. an R2D2 sequence of one block of compressed frames): put it back.
+        ones = [i for i, k in enumerate(keys) if signature[k].shape[:1] == [1]]
+        if not ones:
+            return lambda columns: dict(zip(keys, columns))
+
+        def pack(columns: list) -> dict:
+            for i in ones:
+                if np.ndim(columns[i]) == signature[keys[i]].shape.rank - 1:
+                    columns[i] = np.asarray(columns[i])[None]
+            return dict(zip(keys, columns))
+
+        return pack
     return lambda columns: tf.nest.pack_sequence_as(signature, columns)
 
 

@@ -14,6 +14,7 @@ from apex.agents.dqn.builder import TRANSITIONS_TABLE  # noqa: F401 - re-exporte
 from apex.agents.r2d2.builder import SEQUENCES_TABLE  # noqa: F401 - re-exported
 from apex.config import ApexConfig, effective_error_buffer
 from apex.envs import EnvSpec
+from apex.replay.frame_codec import compresses, decode_blocks, is_blocks, sequence_block, tf_decode
 
 
 def table_name(config: ApexConfig) -> str:
@@ -76,12 +77,18 @@ def stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
     return mode == "auto" and k > 1 and len(shape) >= 2 and shape[0] == k
 
 
-def frame_transition_signature(spec: EnvSpec) -> dict[str, tf.TensorSpec]:
+def frame_transition_signature(
+    spec: EnvSpec, compression: str = "none"
+) -> dict[str, tf.TensorSpec]:
     """Per-item signature of a transition whose frames are stored once:
     `obs_frames` and `next_obs_frames` [K, *frame] (each references K frames of
-    its slot's frame stream), and `meta` [8] float64: TRANSITION_SCALARS then
-    TRANSITION_PROVENANCE."""
-    stack = tf.TensorSpec(spec.observation_shape, tf.as_dtype(spec.observation_dtype))
+    its slot's frame stream; [K] tf.string, one compressed frame each, with
+    replay.frame_compression: apex.replay.frame_codec), and `meta` [8]
+    float64: TRANSITION_SCALARS then TRANSITION_PROVENANCE."""
+    if compresses(compression):
+        stack = tf.TensorSpec(spec.observation_shape[:1], tf.string, name=f"frames:{compression}")
+    else:
+        stack = tf.TensorSpec(spec.observation_shape, tf.as_dtype(spec.observation_dtype))
     width = len(TRANSITION_SCALARS) + len(TRANSITION_PROVENANCE)
     return {
         "obs_frames": stack,
@@ -117,12 +124,29 @@ def unpack_item(data: dict) -> dict:
     return {k: v[0] for k, v in unpack(batched).items()}
 
 
-def unpack_transitions(data: dict, xp: Any = np) -> dict:
+def _frames(value: Any, xp: Any, obs: tuple | None) -> Any:
+    """A frame column as arrays: compressed blocks decoded (numpy: from their
+    headers; tensorflow: `obs` = (shape per item, dtype), the learner's), other
+    columns as they are."""
+    if not is_blocks(value):
+        return value
+    if xp is np:
+        return decode_blocks(value)
+    if obs is None:
+        raise ValueError("compressed frames in the learner's input need obs=(shape, dtype)")
+    return tf_decode(value, tuple(obs[0]), obs[1])
+
+
+def unpack_transitions(data: dict, xp: Any = np, obs: tuple | None = None) -> dict:
     """The ten named fields of packed transitions with a leading batch axis
     (obs, action, reward, discount, next_obs, epsilon, actor, slot, version,
-    insert_time); `xp` is numpy (tools) or tensorflow (the learner's input)."""
-    if "obs_frames" in data:  # frames stored once: already the stacks
-        pair = {"obs": data["obs_frames"], "next_obs": data["next_obs_frames"]}
+    insert_time); `xp` is numpy (tools) or tensorflow (the learner's input;
+    `obs` = (stack shape, dtype) when frames are compressed)."""
+    if "obs_frames" in data:  # frames stored once: the stacks (decoded if compressed)
+        pair = {
+            "obs": _frames(data["obs_frames"], xp, obs),
+            "next_obs": _frames(data["next_obs_frames"], xp, obs),
+        }
         k = len(TRANSITION_SCALARS)
         scalars = data["meta"][:, :k]
         data = {
@@ -199,12 +223,18 @@ def sequence_stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
 
 
 def frame_sequence_signature(
-    spec: EnvSpec, length: int, lstm_size: int
+    spec: EnvSpec, length: int, lstm_size: int, period: int = 1, compression: str = "none"
 ) -> dict[str, tf.TensorSpec]:
     """Per-item signature of an R2D2 sequence of the frame layout: `obs_frames`
     [L, *obs] (references L consecutive steps of its slot's observation
-    stream), `floats` [4L + 2H] float32 and `meta` [6] float64 (see above)."""
-    obs = tf.TensorSpec((length, *spec.observation_shape), tf.as_dtype(spec.observation_dtype))
+    stream; compressed: [L / G] tf.string, G = frame_codec.sequence_block(L,
+    P) observations per block), `floats` [4L + 2H] float32 and `meta` [6]
+    float64 (see above)."""
+    if compresses(compression):
+        blocks = length // sequence_block(length, period, compression)
+        obs = tf.TensorSpec([blocks], tf.string, name=f"frames:{compression}")
+    else:
+        obs = tf.TensorSpec((length, *spec.observation_shape), tf.as_dtype(spec.observation_dtype))
     width = len(SEQUENCE_STEP_FIELDS) * length + 2 * lstm_size
     return {
         "obs_frames": obs,
@@ -237,17 +267,19 @@ def pack_sequences(
     return floats, meta
 
 
-def unpack_sequences(data: dict, xp: Any = np) -> dict:
+def unpack_sequences(data: dict, xp: Any = np, obs: tuple | None = None) -> dict:
     """sequence_signature's fields of sequences of the frame layout with a
     leading batch axis; other data as it is. `xp` is numpy (tools) or
-    tensorflow (the learner's input transform)."""
+    tensorflow (the learner's input transform; `obs` = ((L, *obs), dtype)
+    when frames are compressed)."""
     if "floats" not in data:
         return data
     cast = (lambda x, t: x.astype(t)) if xp is np else (lambda x, t: tf.cast(x, t))
-    obs, floats, meta = data["obs_frames"], data["floats"], data["meta"]
-    length = int(obs.shape[1])
+    floats, meta = data["floats"], data["meta"]
+    frames = _frames(data["obs_frames"], xp, obs)
+    length = int(frames.shape[1])
     hidden = (int(floats.shape[1]) - len(SEQUENCE_STEP_FIELDS) * length) // 2
-    out = {"obs": obs}
+    out = {"obs": frames}
     for i, name in enumerate(SEQUENCE_STEP_FIELDS):
         value = floats[:, i * length : (i + 1) * length]
         out[name] = cast(value, _SEQUENCE_DTYPES[name]) if name in _SEQUENCE_DTYPES else value

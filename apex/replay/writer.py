@@ -12,6 +12,7 @@ import reverb
 import tree
 
 from apex import compat
+from apex.replay.frame_codec import compresses, encode, sequence_block
 from apex.replay.tables import (
     SEQUENCES_TABLE,
     TRANSITIONS_TABLE,
@@ -89,12 +90,18 @@ class TransitionWriter:
         """True once start_frames was called: `write` then takes frame positions."""
         return self._frames is not None
 
-    def start_frames(self, obs: np.ndarray, n_step: int) -> np.ndarray:
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of compressed frames written so far (0: not compressed)."""
+        return 0 if self._frames is None else int(self._frames.stored_bytes)
+
+    def start_frames(self, obs: np.ndarray, n_step: int, compression: str = "none") -> np.ndarray:
         """Switches this writer to storing each frame once; returns the positions of obs.
 
         obs: [E, K, *frame], every slot's first stacked observation (K frames,
         oldest first). Column j (< E) of the Reverb writer becomes slot j's
-        stream of single frames; an item's `obs_frames` column references the K
+        stream of single frames (each compressed alone with `compression`,
+        replay.frame_compression); an item's `obs_frames` column references the K
         frames ending at obs's newest frame, `next_obs_frames` the K ending at next_obs's
         (frame_transition_signature). From now on the actor passes, in place
         of obs and next_obs, the positions `start_frames`, `append_frames` and
@@ -113,7 +120,7 @@ class TransitionWriter:
         # chunk_length steps of every slot's items wait for them (a Flush
         # would cut chunks short: worse compression, more slices per item).
         self._max_in_flight = max(self._max_in_flight, e * (self._chunk_length + n_step + 2))
-        self._frames = _FrameStreams(e, k, keep)
+        self._frames = _FrameStreams(e, k, keep, compression=compression)
         positions = self._frames.append(self._writer, [list(o) for o in obs])
         self.frames_written = int(self._frames.count.sum())
         return positions
@@ -246,40 +253,92 @@ class TransitionWriter:
 
 
 class _FrameStreams:
-    """Each slot's stream of single frames in the Reverb writer: column j is
-    slot j's stream; the newest `keep` refs of each are held for items."""
+    """Each slot's stream of frames in the Reverb writer: column j is slot j's
+    stream; the newest `keep` refs of each are held for items.
 
-    def __init__(self, num_slots: int, stack: int, keep: int, item_columns: int = 1):
+    Positions count frames (observations). Uncompressed, each frame is one
+    writer step. Compressed (apex.replay.frame_codec), each block of `block`
+    consecutive frames of a slot is one writer step holding its bytes: a slot's
+    frames wait in `pending` until its block is full, and a window must cover
+    whole blocks that are written (block 1: every frame at once).
+    """
+
+    def __init__(
+        self,
+        num_slots: int,
+        stack: int,
+        keep: int,
+        item_columns: int = 1,
+        compression: str = "none",
+        block: int = 1,
+    ):
         self.num_slots = num_slots
         self.stack = stack
         self.item_columns = item_columns  # the writer's columns after the streams
-        self.count = np.zeros(num_slots, np.int64)  # frames written per slot
-        self.refs = [collections.deque(maxlen=keep) for _ in range(num_slots)]
+        self.compression = compression
+        self.block = int(block) if compresses(compression) else 1
+        self.count = np.zeros(num_slots, np.int64)  # frames appended per slot
+        self.refs = [collections.deque(maxlen=keep) for _ in range(num_slots)]  # one per step
+        self.pending: list[list[np.ndarray]] = [[] for _ in range(num_slots)]
+        self.stored_bytes = 0  # compressed bytes written (0 uncompressed)
 
     def append(self, writer, frames: list[list[np.ndarray]]) -> np.ndarray:
         """Appends slot j's frames[j] (oldest first; may be empty) to its stream,
         as few writer steps as the longest list; returns every slot's newest position."""
-        e = self.num_slots
-        rows = max(len(f) for f in frames)
-        for r in range(rows):
-            step = [f[r] if r < len(f) else None for f in frames]
+        steps: list[list] = []
+        for j, f in enumerate(frames):
+            self.count[j] += len(f)
+            if not compresses(self.compression):
+                steps.append(list(f))
+                continue
+            self.pending[j].extend(f)
+            out = []
+            while len(self.pending[j]) >= self.block:
+                block, self.pending[j] = (
+                    self.pending[j][: self.block],
+                    self.pending[j][self.block :],
+                )
+                value = encode(np.stack(block), self.compression)
+                self.stored_bytes += len(value)
+                out.append(np.array(value, dtype=object))
+            steps.append(out)
+        for r in range(max(len(f) for f in steps)):
+            step = [f[r] if r < len(f) else None for f in steps]
             refs = writer.Append(step + [None] * self.item_columns)  # then the items' columns
-            for j in range(e):
-                if step[j] is not None:
+            for j, value in enumerate(step):
+                if value is not None:
                     self.refs[j].append(refs[j])
-                    self.count[j] += 1
         return self.count - 1  # a copy
 
-    def window(self, slot: int, position: int) -> list:
-        """The refs of the `stack` frames ending at `position` of slot's stream."""
+    def align(self, writer, slot: int, fill: np.ndarray) -> None:
+        """Starts slot's next frame on a block boundary: `fill` frames (never
+        referenced) complete its open block, if any."""
+        gap = -int(self.count[slot]) % self.block
+        if gap:
+            frames: list[list[np.ndarray]] = [[] for _ in range(self.num_slots)]
+            frames[slot] = [fill] * gap
+            self.append(writer, frames)
+
+    def window(self, slot: int, position: int, length: int | None = None) -> list:
+        """The refs of the `length` (default `stack`) frames ending at `position`
+        of slot's stream: one per frame, or one per block (compressed blocks:
+        the window starts and ends on block boundaries)."""
+        length = self.stack if length is None else length
+        first, g = position - length + 1, self.block
         refs = self.refs[slot]
-        first = position - self.stack + 1 - (int(self.count[slot]) - len(refs))
-        if first < 0 or position >= self.count[slot]:
+        written = (int(self.count[slot]) - len(self.pending[slot])) // g  # steps written
+        if first % g or length % g:
             raise RuntimeError(
-                f"frame window ending at {position} of slot {slot} is no longer held "
-                f"({len(refs)} of {int(self.count[slot])} frames kept)"
+                f"frame window {first}..{position} of slot {slot} is not on blocks of {g}"
             )
-        return [refs[i] for i in range(first, first + self.stack)]
+        lo = first // g - (written - len(refs))
+        hi = (position + 1) // g - (written - len(refs))
+        if lo < 0 or hi > len(refs):
+            raise RuntimeError(
+                f"frame window ending at {position} of slot {slot} is no longer held or not "
+                f"yet written ({len(refs)} of {written} steps kept)"
+            )
+        return [refs[i] for i in range(lo, hi)]
 
 
 # Chunk length of R2D2's frame layout (bench/atari_replay.py, docs/benchmarks.md).
@@ -321,13 +380,18 @@ class SequenceWriter(TransitionWriter):
         self._last_real: np.ndarray | None = None  # each slot's newest real observation
         self._zero: np.ndarray | None = None
 
-    def start_frames(self, obs: np.ndarray, length: int, period: int) -> np.ndarray:
+    def start_frames(
+        self, obs: np.ndarray, length: int, period: int, compression: str = "none"
+    ) -> np.ndarray:
         """Switches this writer to the frame layout; returns the positions of obs.
 
         obs: [E, *obs], every slot's first observation; length, period: the
         sequences' L and P. Column j (< E) of the
         Reverb writer becomes slot j's stream of observations, one per env
-        step; from now on the actor passes, in place of each step's obs, the
+        step (compressed with `compression` in blocks of G =
+        frame_codec.sequence_block(L, P) steps; each episode starts a block,
+        so each sequence covers L / G whole blocks); from now on the actor
+        passes, in place of each step's obs, the
         position `start_frames` or `append_frames` returned for it
         (SequenceAccumulator carries them like any obs), and appends each
         step's next observations after writing that step's sequences (the
@@ -338,9 +402,11 @@ class SequenceWriter(TransitionWriter):
         e = obs.shape[0]
         self._length = int(length)
         self._chunk_length = self._frame_chunk_length
+        g = sequence_block(length, period, compression)
         # Oldest step an item may still reference, counted back from a slot's
-        # newest: an open sequence's start (< L back) and its padding (< L).
-        keep = 2 * self._length + self._chunk_length + 1
+        # newest: an open sequence's start (< L back) and its padding (< L)
+        # (in writer steps: blocks of g observations).
+        keep = (2 * self._length + g - 1) // g + self._chunk_length + 1
         self._writer.Close()  # nothing was written through it yet
         self._writer = compat.reverb_trajectory_writer(self._client, self._chunk_length, 3000, keep)
         # An item is sent once its chunks are complete: the sequences of up to
@@ -350,18 +416,23 @@ class SequenceWriter(TransitionWriter):
         c = self._chunk_length
         per_slot = (self._length + c) // max(1, int(period)) + 2
         self._max_in_flight = max(self._max_in_flight, 2 * c + e * per_slot)
-        self._frames = _FrameStreams(e, self._length, keep, item_columns=2)
+        self._frames = _FrameStreams(
+            e, self._length, keep, item_columns=2, compression=compression, block=g
+        )
         self._zero = np.zeros_like(obs[0])
         positions = self._frames.append(self._writer, [[o] for o in obs])
         self._last_real = positions.copy()
         self.frames_written = int(self._frames.count.sum())
         return positions
 
-    def append_frames(self, obs: np.ndarray) -> np.ndarray:
+    def append_frames(self, obs: np.ndarray, episode_starts=()) -> np.ndarray:
         """Appends every slot's next observation obs [E, *obs] to its stream;
-        returns their positions."""
+        returns their positions. `episode_starts`: the slots whose obs is an
+        episode's first (its sequences start there: on a block boundary)."""
         assert self._frames is not None, "start_frames first"
         t0 = time.perf_counter()
+        for j in episode_starts:
+            self._frames.align(self._writer, int(j), self._zero)
         positions = self._frames.append(self._writer, [[o] for o in np.asarray(obs)])
         self._last_real = positions.copy()
         self.frames_written = int(self._frames.count.sum())
@@ -423,7 +494,7 @@ class SequenceWriter(TransitionWriter):
                     zeros[s] = [self._zero] * pad
                     frames.append(w, zeros)
             refs = w.Append(blank + [floats[j], meta[j]])[e:]
-            columns = [[refs[0]], [refs[1]], frames.window(s, last)]
+            columns = [[refs[0]], [refs[1]], frames.window(s, last, length)]
             w.CreateItem(table, float(priorities[j]), columns, squeeze)
         self.frames_written = int(frames.count.sum())
         self.items_written += n

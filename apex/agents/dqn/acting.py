@@ -72,7 +72,8 @@ class VectorActor(Actor):
             obs_in, next_in = self._obs, next_obs
         else:  # positions in each slot's frame stream stand for the stacks
             if self._positions is None:
-                self._positions = frames.start_frames(self._obs, self._config.replay.n_step)
+                r = self._config.replay
+                self._positions = frames.start_frames(self._obs, r.n_step, r.frame_compression)
             obs_in, next_in = self._positions, frames.append_frames(next_obs, self._obs)
         batch = self._acc.add(
             obs_in,

@@ -28,15 +28,16 @@ class ApexDQNBuilder(AgentBuilder):
         )
 
         if stores_frames(config, spec):  # each frame stored once (issue 16)
-            return frame_transition_signature(spec)
+            return frame_transition_signature(spec, config.replay.frame_compression)
         return transition_signature(spec)
 
-    def input_transform(self) -> Callable[[dict], dict]:
+    def input_transform(self, config, spec) -> Callable[[dict], dict]:
         import tensorflow as tf
 
         from apex.replay.tables import unpack_transitions
 
-        return functools.partial(unpack_transitions, xp=tf)
+        obs = (tuple(spec.observation_shape), spec.observation_dtype)
+        return functools.partial(unpack_transitions, xp=tf, obs=obs)
 
     def make_writer(self, client, actor_id, epsilons, slot_offset, should_stop):
         from apex.replay.writer import TransitionWriter

@@ -90,7 +90,10 @@ class RecurrentActor(Actor):
             if self._positions is None:
                 r = self._config.r2d2
                 self._positions = frames.start_frames(
-                    self._obs, r.sequence_length, r.sequence_period
+                    self._obs,
+                    r.sequence_length,
+                    r.sequence_period,
+                    self._config.replay.frame_compression,
                 )
             obs_in = self._positions
         batch = self._acc.add(
@@ -111,7 +114,7 @@ class RecurrentActor(Actor):
         self._state = (h, c)
         written = 0 if batch is None else self._write(batch, self.sequence_td(batch))
         if frames is not None:  # after the ended episodes' padding
-            self._positions = frames.append_frames(next_obs)
+            self._positions = frames.append_frames(next_obs, episode_starts=ended)
         self._end_episodes(rewards, ended)
         self._obs = next_obs
         self.env_steps += e

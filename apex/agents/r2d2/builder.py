@@ -54,17 +54,24 @@ class R2D2Builder(AgentBuilder):
 
         q = config.r2d2
         if sequence_stores_frames(config, spec):  # each observation stored once (issue 16)
-            return frame_sequence_signature(spec, q.sequence_length, q.lstm_size)
+            return frame_sequence_signature(
+                spec,
+                q.sequence_length,
+                q.lstm_size,
+                q.sequence_period,
+                config.replay.frame_compression,
+            )
         return sequence_signature(spec, q.sequence_length, q.lstm_size)
 
-    def input_transform(self) -> Callable[[dict], dict]:
+    def input_transform(self, config, spec) -> Callable[[dict], dict]:
         """Sequences of the frame layout back to sequence_signature's fields
         (apex.replay.tables.unpack_sequences); packed ones pass as they are."""
         import tensorflow as tf
 
         from apex.replay.tables import unpack_sequences
 
-        return lambda data: unpack_sequences(data, tf)
+        obs = ((config.r2d2.sequence_length, *spec.observation_shape), spec.observation_dtype)
+        return lambda data: unpack_sequences(data, tf, obs)
 
     def make_writer(self, client, actor_id, epsilons, slot_offset, should_stop):
         from apex.replay.writer import SequenceWriter
