@@ -11,7 +11,10 @@ that every symbol listed in `SYMBOLS` exists with the pinned versions.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
+from types import ModuleType
 from typing import Any
 
 from apex.errors import ApexError
@@ -169,6 +172,46 @@ def _launch_with_line_output(commands_to_launch: Any) -> Any:
         )
         manager.register_existing_process(command.title, process.pid)
     return manager
+
+
+def define_launchpad_flags() -> None:
+    """Defines Launchpad's flags (--lp_launch_type, --lp_termination_notice_secs, ...)
+    by running Launchpad's own launchpad.flags module, and only that.
+
+    `import launchpad` would define them too, but its package __init__ imports
+    courier, numpy and every launcher (0.5 s of CPU), and this process needs none of
+    that to refuse a bad flag or config: most of the suite's launch.train processes
+    stop there. launchpad.flags imports only absl.flags and launchpad.context, so it
+    is imported under a stand-in `launchpad` package (its __init__ not run), which is
+    then dropped: the first real `import launchpad` runs the package as always and
+    finds launchpad.flags (and context) already imported, so every flag is defined
+    once, by Launchpad, exactly as before.
+    """
+    if "launchpad" in sys.modules or "launchpad.flags" in sys.modules:
+        return
+    spec = importlib.util.find_spec("launchpad")
+    if spec is None or spec.submodule_search_locations is None:
+        import launchpad  # noqa: F401 - not installed: the ImportError it always was
+
+        return
+    sys.modules["launchpad"] = importlib.util.module_from_spec(spec)
+    try:
+        importlib.import_module("launchpad.flags")
+    finally:
+        del sys.modules["launchpad"]
+
+
+def import_launchpad() -> ModuleType:
+    """`import launchpad`, with the package attributes a plain first import sets
+    (`launchpad.context`, `launchpad.flags`): define_launchpad_flags imported those
+    submodules before the package, so its __init__ does not set them all."""
+    import launchpad
+
+    for name in ("context", "flags"):
+        module = sys.modules.get(f"launchpad.{name}")
+        if module is not None and not hasattr(launchpad, name):
+            setattr(launchpad, name, module)
+    return launchpad
 
 
 # ------------------------------------------------- Launchpad on other launchers

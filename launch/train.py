@@ -23,6 +23,7 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 # 3.10's own 1 ms. Every node process inherits this.
 os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
+import importlib  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -30,15 +31,21 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
-import launchpad as lp  # noqa: E402  (defines --lp_launch_type)
 from absl import app, flags, logging  # noqa: E402
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
+# Launchpad's flags (--lp_launch_type, ...) without its package's imports
+# (apex.compat says how): most of the suite's launch.train processes only
+# refuse a bad flag or config, and need none of TensorFlow, Reverb or Courier.
+from apex import compat  # noqa: E402
+
+compat.define_launchpad_flags()
+
+
 from apex import checkpointing  # noqa: E402
 from apex import config as apex_config  # noqa: E402
-from apex.coordination import SUMMARY_KEYS  # noqa: E402
 from apex.errors import ConfigError  # noqa: E402
 from apex.jsonio import write_json_atomic  # noqa: E402
 from apex.supervision import NodeMonitor  # noqa: E402
@@ -159,13 +166,14 @@ def load_and_prepare(path: str, overrides: list[tuple[str, str]]):
     env.imports, env.kwargs, the observation encoding, target_return='auto') and checks
     that the torso fits it: everything a launch would refuse, refused before it.
     Returns (config, PreparedEnv)."""
-    from apex.agents.layers import check_torso
-    from apex.envs import prepare_env
-
     config = apex_config.load_config_file(path)
     for field, value in overrides:
         apex_config.apply_override(config, field, value)
     apex_config.validate(config)
+    # Only now: a config refused above does not pay Gymnasium's import.
+    from apex.agents.layers import check_torso
+    from apex.envs import prepare_env
+
     prepared = prepare_env(config)
     check_torso(config, prepared.spec)
     return config, prepared
@@ -231,6 +239,7 @@ def _finalize_summary(run_dir: str, reason: str, failure: str | None = None) -> 
     exception; with neither a summary nor a state to start from, a failure
     still gets a summary.json of its own (counters unknown: None).
     """
+    from apex.coordination import SUMMARY_KEYS
     from apex.supervision import recorded_failure
 
     path = os.path.join(run_dir, "summary.json")
@@ -352,8 +361,6 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
 
     from apex.ports import check_port_free
     from apex.run_dir import default_run_dir, prepare_run_dir
-    from launch import nodes
-    from launch import program as program_lib
 
     if config.replay.port is not None:  # before anything is written
         check_port_free("replay.port", config.replay.port)
@@ -370,6 +377,14 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
     # Heartbeats of a previous launch name dead pids: start without them.
     shutil.rmtree(os.path.join(run_dir, "heartbeats"), ignore_errors=True)
     shutil.rmtree(os.path.join(run_dir, "failures"), ignore_errors=True)  # and their failures
+
+    # Only now: the program's modules import TensorFlow, Reverb and Launchpad (5 s
+    # of CPU), which none of the refusals above (a taken port, a run_dir that cannot
+    # be written, nothing to resume) needs.
+    lp = compat.import_launchpad()
+    from apex.coordination import SUMMARY_KEYS
+    from launch import nodes
+    from launch import program as program_lib
 
     program = program_lib.make_program(
         config, run_dir=run_dir, start_time=start_time, resume=resume
@@ -549,7 +564,10 @@ def _stop_after_death(message: str) -> None:
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's parsing of what parse_argv leaves; a bad flag is one line and exit 2."""
     try:
-        return flags.FLAGS(parse_argv(argv))
+        rest = parse_argv(argv)
+        if not _only_defined_flags(rest[1:]):
+            _import_flag_defining_modules()
+        return flags.FLAGS(rest)
     except flags.Error as err:
         message = str(err)
         if message.startswith("flag --lp_launch_type="):  # Launchpad lists types apex refuses
@@ -559,6 +577,44 @@ def parse_flags(argv: list[str]) -> list[str]:
         else:
             print(f"apex: {message}{_flag_hint(message, argv)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+# With Launchpad's package, what launch.train imported at start before those imports
+# were deferred (see apex.compat.define_launchpad_flags and _launch): between them (Launchpad,
+# acme, TensorFlow, absltest) they define absl flags of their own, which a command
+# line may name.
+_FLAG_DEFINING_MODULES = ("apex.coordination", "apex.replay.inspect")
+
+
+def _only_defined_flags(args: list[str]) -> bool:
+    """Whether every flag `args` names (--name, --name=v, --noname) is defined now,
+    and none lists every flag (--helpfull, --helpxml) or reads flags from a file.
+
+    When not, parse_flags imports Launchpad and _FLAG_DEFINING_MODULES first: a
+    flag only they define parses, an unknown one gets absl's suggestions from every
+    flag, and --helpfull lists them all, as when they were imported at start. A
+    refused config names only apex's and Launchpad's flags, and skips those imports.
+    """
+    for arg in args:
+        if arg == "--":
+            break
+        if not arg.startswith("-"):
+            continue
+        name = arg.lstrip("-").split("=", 1)[0]
+        if name in ("helpfull", "helpxml", "flagfile", "undefok"):
+            return False
+        if name in flags.FLAGS:
+            continue
+        if name.startswith("no") and name[2:] in flags.FLAGS and flags.FLAGS[name[2:]].boolean:
+            continue
+        return False
+    return True
+
+
+def _import_flag_defining_modules() -> None:
+    compat.import_launchpad()
+    for name in _FLAG_DEFINING_MODULES:
+        importlib.import_module(name)
 
 
 def _launch_types_text() -> str:

@@ -18,12 +18,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tensorflow as tf
 
 from apex.config.schema import CONV_CHANNELS, CONV_PRESETS
 from apex.errors import ConfigError
 
+# TensorFlow only where a TF forward pass is built (torso_tf, head_tf): launch.train
+# checks the torso (check_torso) before any launch, and refusing a config must not
+# cost TensorFlow's import (4 s of CPU).
 if TYPE_CHECKING:
+    import tensorflow as tf
+
     from apex.config.schema import ApexConfig, LearnerConfig
     from apex.envs import EnvSpec
 
@@ -224,6 +228,8 @@ def torso_tf(
     the x / 255.0 of float32 pixels, where a multiplication by float32(1/255)
     differs in the last bit for about half of the 256 values.
     """
+    import tensorflow as tf
+
     i = 0
     if kind == "conv":
         x = tf.cast(obs, tf.float32)
@@ -265,6 +271,8 @@ def head_weights(
 
 
 def head_tf(weights: Sequence[tf.Variable], x: tf.Tensor, dueling: bool) -> tf.Tensor:
+    import tensorflow as tf
+
     if dueling:
         v = tf.matmul(x, weights[0]) + weights[1]
         a = tf.matmul(x, weights[2]) + weights[3]

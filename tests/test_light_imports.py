@@ -1,0 +1,142 @@
+"""launch.train refuses a bad flag or config without importing TensorFlow, Reverb,
+Launchpad's package, Keras or acme: about a second of CPU instead of five, in
+each of the suite's many refusal subprocesses (tests/test_bad_inputs.py,
+tests/test_config.py, ...). The observable is the import list (`python -X
+importtime`), not a timing.
+
+Not marked cli: these subprocesses import none of TensorFlow (that is the point),
+so they cost what an in-process test does.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.procs import ROOT
+
+# Top-level packages a refusal must not import (launchpad.flags and
+# launchpad.context, which define --lp_launch_type, are imported: absl and enum only).
+HEAVY = {"tensorflow", "reverb", "launchpad", "keras", "acme", "courier"}
+
+
+def _imported(stderr: str) -> set[str]:
+    """The modules `python -X importtime` reported importing."""
+    return {
+        m.group(1) for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)$", stderr, re.M)
+    }
+
+
+def _refuse(*args: str) -> tuple[str, set[str]]:
+    """Runs `python -X importtime -m launch.train ARGS`, which must exit 2; returns
+    (its stderr less the import lines, the modules it imported)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "launch.train", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    message = "\n".join(
+        line for line in proc.stderr.splitlines() if not line.startswith("import time:")
+    )
+    assert proc.returncode == 2, message[-2000:]
+    assert proc.stdout == "", proc.stdout[-2000:]
+    return message, _imported(proc.stderr)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        pytest.param(
+            ["--config.actor.num_actors=-1"],
+            "actor.num_actors=-1 is invalid: expected an integer >= 1",
+            id="invalid_field",
+        ),
+        pytest.param(
+            ["--lp_launch_type=test_mt"],
+            "--lp_launch_type='test_mt' is invalid: expected one of local_mp, local_mt",
+            id="unsupported_launch_type",
+        ),
+        pytest.param(
+            ["--config.env.id=Pendulum-v1"],  # refused once the env is made
+            "env.id='Pendulum-v1' is invalid: expected an env with a Discrete action space",
+            id="env_refused",
+        ),
+        pytest.param(
+            ["--config.learner.torso=conv"],  # CartPole's 1-D observations: check_torso
+            "a conv torso needs 2-D (H, W) or 3-D",
+            id="torso_refused",
+        ),
+    ],
+)
+def test_a_refusal_imports_no_heavy_library(args, message, tmp_path):
+    run_dir = tmp_path / "never"
+    err, modules = _refuse(
+        "--config=configs/apex_cartpole.py", f"--config.run_dir={run_dir}", *args
+    )
+    assert err.startswith("apex: invalid configuration: ") and message in err, err
+    assert len(err.splitlines()) == 1, err
+    assert modules & HEAVY == set(), sorted(modules & HEAVY)
+    assert not run_dir.exists()
+
+
+def test_a_refusal_inside_the_launch_imports_no_heavy_library(tmp_path):
+    """A taken replay.port is refused in _launch, after the config, the env and the
+    torso check: the program's modules are imported only after every refusal."""
+    run_dir = tmp_path / "never"
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        err, modules = _refuse(
+            "--config=configs/apex_cartpole.py",
+            f"--config.replay.port={port}",
+            f"--config.run_dir={run_dir}",
+        )
+    assert f"replay.port={port} is invalid: expected a free port; it is in use" in err, err
+    assert modules & HEAVY == set(), sorted(modules & HEAVY)
+    assert not run_dir.exists()
+
+
+def test_launchpad_imported_after_its_flags_is_whole():
+    """launch.train runs launchpad.flags alone; a later `import launchpad` (the
+    launch, or any module) gets the whole package, its flags defined once by it."""
+    code = """
+import sys
+from absl import flags
+import launch.train as train
+assert "launchpad" not in sys.modules
+from apex import compat
+lp = compat.import_launchpad()
+assert lp.flags is sys.modules["launchpad.flags"] and lp.LAUNCH_TYPE is lp.flags.LAUNCH_TYPE
+assert lp.context is sys.modules["launchpad.context"] and lp.LaunchType is lp.context.LaunchType
+assert callable(lp.launch)
+for name in ("lp_launch_type", "lp_termination_notice_secs", "tmux_session_name"):
+    assert flags.FLAGS.find_module_defining_flag(name) == "launchpad.flags", name
+print("ok")
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=110
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "args,defined",
+    [
+        (["--config=c.py", "--lp_launch_type=local_mt", "--noverbose"], True),
+        (["--terminal", "output_to_files", "--", "--anything"], True),
+        (["--no_such_flag_anywhere=1"], False),  # absl's suggestions come from every flag
+        (["--helpfull"], False),  # lists the flags of every module
+        (["--flagfile=f.txt"], False),
+    ],
+)
+def test_which_command_lines_import_the_flag_defining_modules_first(args, defined):
+    from launch import train
+
+    assert train._only_defined_flags(args) is defined
