@@ -93,9 +93,11 @@ def run_layout(
             actor.close()
             assert writer.stores_frames == (layout == "auto")
             frames_written = writer.frames_written
-        return read_back(
+            stored_bytes = writer.frame_bytes
+        out = read_back(
             server, client, SEQUENCES_TABLE, signature, c, FIELDS, actor, frames_written
         )
+        return {**out, "stored_bytes": stored_bytes}
     finally:
         server.stop()
 
@@ -216,3 +218,28 @@ def test_a_packed_r2d2_checkpoint_is_refused_naming_frame_storage_packed():
     assert len(problems) == 1 and "replay signature differs" in problems[0]
     assert "resume it with --config.replay.frame_storage=packed" in problems[0]
     assert checkpointing.compatibility_problems(old, manifest("packed")) == []
+
+
+@pytest.mark.slow
+def test_pong_sequences_reach_the_learner_bit_identical_to_the_packed_layout():
+    import os
+
+    from apex.config import load_config_file
+    from tests.test_frames import ROOT
+
+    def pong() -> ApexConfig:
+        c = load_config_file(os.path.join(ROOT, "configs", "r2d2_atari.py"))
+        c.actor.envs_per_actor = 2
+        c.learner.hidden_sizes = (16,)
+        c.r2d2.lstm_size = 8
+        c.env.max_episode_steps = 100  # a truncation: padded sequences, a new episode's block
+        return c
+
+    old = run_layout(pong(), "packed", 130)
+    new = run_layout(pong(), "auto", 130)  # zstd blocks of 8 observations, the default
+    assert_same_items(old, new)
+    assert new["episodes"] >= 2
+    assert new["obs"].shape[1:] == (80, 84, 84) and new["obs"].dtype == np.uint8
+    assert new["obs"].any() and (new["mask"] == 0).any()
+    # 8 Pong frames in far fewer bytes than their 56 KB raw
+    assert new["stored_bytes"] < new["frames_written"] * 84 * 84 / 10
