@@ -66,6 +66,27 @@ def _dir_bytes(path: str) -> int:
     )
 
 
+def fill_halves(actor, writer, client, table: str, items: int, q, go, timeout: float = 300):
+    """Steps `actor` until `items` are in `table`, then until all are; after each
+    half, the server process (suite._fill_server) reports its RSS. Returns the
+    two RSS figures (their slope has no fixed costs), env steps/s and items/s
+    of each half."""
+    rss, env_rates, item_rates = [], [], []
+    for target in (items // 2, items):
+        t0, s0, i0 = time.perf_counter(), actor.env_steps, actor.items_written
+        while actor.items_written < target:
+            actor.step()
+        seconds = time.perf_counter() - t0
+        env_rates.append((actor.env_steps - s0) / seconds)
+        item_rates.append((actor.items_written - i0) / seconds)
+        writer.flush()
+        while client.server_info()[table].current_size < target:
+            time.sleep(0.2)
+        go.set()
+        rss.append(q.get(timeout=timeout)[2])
+    return rss, env_rates, item_rates
+
+
 def fill(config_name: str, layout: str, items: int, chunk_length: int | None, seconds: float):
     """Fills a server process with one actor of `config_name` in `layout`;
     measures its memory, the actor and sampling. Returns (result, the live
@@ -101,19 +122,9 @@ def fill(config_name: str, layout: str, items: int, chunk_length: int | None, se
         # (R2D2's frame layout has its own: frame_chunk_length)
         frame = {"frame_chunk_length": chunk_length} if builder.name == "r2d2" else {}
         writer = type(writer)(client, 0, eps, chunk_length=chunk_length, table=table, **frame)
-    rss, fill_rates = [], []
     with writer as w:
         actor = builder.make_actor(c, 0, _Weights(c, spec), w)
-        for target in (items // 2, items):  # the slope between half and full: no fixed costs
-            t0, s0 = time.perf_counter(), actor.env_steps
-            while actor.items_written < target:
-                actor.step()
-            fill_rates.append((actor.env_steps - s0) / (time.perf_counter() - t0))
-            w.flush()
-            while client.server_info()[table].current_size < target:
-                time.sleep(0.2)
-            go.set()
-            rss.append(q.get(timeout=120)[2])
+        rss, fill_rates, _ = fill_halves(actor, w, client, table, items, q, go)
         env_steps, written = actor.env_steps, actor.items_written
         actor.close()
     per_item = (rss[1] - rss[0]) / (items - items // 2)

@@ -1,9 +1,10 @@
 r"""Atari replay at scale (issue 16): server memory, checkpoint size and time,
-and restore time of a real Reverb table of 1M Ape-X transitions of Pong
-frames, per replay layout, side by side.
+and restore time of a real Reverb table of 1M Ape-X transitions (or R2D2
+sequences) of Pong frames, per replay layout, side by side.
 
     .venv/bin/python bench/atari_scale.py                      # 1M items, ~15 min on 2 cores
     .venv/bin/python bench/atari_scale.py --items 200000 --layouts packed zstd
+    .venv/bin/python bench/atari_scale.py --config r2d2_atari --items 20000
 
 bench/atari_replay.py measures a small fill (8,000 items) through the whole
 actor. Here the table is filled to the paper's order of size: 8 real Pong envs
@@ -12,7 +13,9 @@ random actions once, and those recorded observations are replayed, over and
 over, to one real VectorActor of the config (its n-step accumulator, its
 writer and frame layout, its priorities) by envs that step through the
 recording (every 700 steps an episode is truncated and restarts at its first
-stack). Its Q-network is replaced by zeros: the network's forward pass is what
+stack). With --config r2d2_atari, the same for a RecurrentActor of that config
+(single frames; sequences of 80 every 40). Its Q-network (and LSTM state) is
+replaced by zeros: the network's forward pass is what
 limits an actor on this CPU, and it changes nothing that is stored. Measured,
 per layout ('packed', the layout before issue 16; 'frames', each frame stored
 once; 'zstd' and 'lz4', stored once and compressed on the actor):
@@ -32,7 +35,7 @@ import os
 import shutil
 import time
 
-from atari_replay import LAYOUTS, _dir_bytes, _Weights
+from atari_replay import LAYOUTS, PAPER, _dir_bytes, _Weights, fill_halves
 from common import ROOT, header, save_results
 from suite import _fill_server
 
@@ -111,7 +114,7 @@ def _restore(config_file: str, overrides: dict, capacity: int, path: str, out) -
     server.stop()
 
 
-def measure(layout: str, items: int) -> dict:
+def measure(config_name: str, layout: str, items: int) -> dict:
     import gymnasium as gym
     import numpy as np
     import reverb
@@ -122,7 +125,7 @@ def measure(layout: str, items: int) -> dict:
     from apex.replay.tables import table_name
 
     global _RECORDING
-    path = os.path.join(ROOT, "configs", "apex_atari.py")
+    path = os.path.join(ROOT, "configs", f"{config_name}.py")
     overrides = LAYOUTS[layout]
     c = load_config_file(path)
     for k, v in overrides.items():
@@ -148,20 +151,14 @@ def measure(layout: str, items: int) -> dict:
     replayed.env.id = "ApexBench/ReplayedPong-v0"  # same spaces, recorded frames
     replayed.env.preprocessing = "none"
     zeros = np.zeros((e, spec.num_actions), np.float32)
-    rss, fill = [], []
     with builder.make_writer(client, 0, eps, 0, lambda: False) as w:
         actor = builder.make_actor(replayed, 0, _Weights(c, spec), w)
-        actor._forward = lambda obs, state=None: (zeros[: len(obs)], None, 0)
-        for target in (items // 2, items):
-            t0, s0 = time.perf_counter(), actor.items_written
-            while actor.items_written < target:
-                actor.step()
-            fill.append((actor.items_written - s0) / (time.perf_counter() - t0))
-            w.flush()
-            while client.server_info()[table].current_size < target:
-                time.sleep(0.2)
-            go.set()
-            rss.append(q.get(timeout=300)[2])
+        if builder.recurrent:  # zero Q-values and a zero LSTM state
+            h = np.zeros((e, c.r2d2.lstm_size), np.float32)
+            actor._forward = lambda obs, state=None: (zeros[: len(obs)], (h, h), 0)
+        else:
+            actor._forward = lambda obs, state=None: (zeros[: len(obs)], None, 0)
+        rss, _, fill = fill_halves(actor, w, client, table, items, q, go)
         env_steps, written = actor.env_steps, actor.items_written
         actor.close()
     per_item = (rss[1] - rss[0]) / (items - items // 2)
@@ -183,8 +180,10 @@ def measure(layout: str, items: int) -> dict:
         "env_steps_per_item": env_steps / written,
         "server_rss_bytes": [rss0, *rss],
         "bytes_per_item": per_item,
-        "paper_gib_growth": 2_000_000 * per_item / 2**30,
-        "paper_gib_with_base": (rss0 + 2_000_000 * per_item) / 2**30,
+        "config": config_name,
+        "paper_items": PAPER[builder.name],
+        "paper_gib_growth": PAPER[builder.name] * per_item / 2**30,
+        "paper_gib_with_base": (rss0 + PAPER[builder.name] * per_item) / 2**30,
         "fill_items_per_second": fill,
         "checkpoint_seconds": ckpt_seconds,
         "checkpoint_bytes": ckpt_bytes,
@@ -198,24 +197,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--items", type=int, default=1_000_000, help="Ape-X transitions per fill")
+    ap.add_argument("--config", default="apex_atari", choices=["apex_atari", "r2d2_atari"])
+    ap.add_argument("--items", type=int, default=1_000_000, help="transitions or sequences")
     ap.add_argument("--layouts", nargs="+", default=["packed", "zstd"], choices=LAYOUTS)
     args = ap.parse_args()
     print(header("bench/atari_scale.py"), flush=True)
     rows = []
     for layout in args.layouts:
-        r = measure(layout, args.items)
+        r = measure(args.config, layout, args.items)
         rows.append(r)
         print(
             f"{layout:<6} {r['items']:,} items: {r['bytes_per_item']:,.0f} B/item -> "
-            f"{r['paper_gib_growth']:.2f} GiB at 2M ({r['paper_gib_with_base']:.2f} with the "
+            f"{r['paper_gib_growth']:.2f} GiB at {r['paper_items']:,} "
+            f"({r['paper_gib_with_base']:.2f} with the "
             f"base); checkpoint {r['checkpoint_bytes'] / 2**30:.2f} GiB in "
             f"{r['checkpoint_seconds']:.1f} s; restore {r['restored_items']:,} items in "
             f"{r['restore_seconds']:.1f} s (RSS {r['restore_rss_bytes'] / 2**30:.2f} GiB)",
             flush=True,
         )
     print(
-        "\n| layout | items | server B/item | at 2M (+ base) | checkpoint GiB | checkpoint s "
+        "\n| layout | items | server B/item | at paper scale (+ base) | checkpoint GiB | checkpoint s "
         "| restore s | restored RSS GiB |"
     )
     print("|---|---|---|---|---|---|---|---|")
@@ -226,7 +227,7 @@ def main() -> None:
             f"{r['checkpoint_bytes'] / 2**30:.2f} | {r['checkpoint_seconds']:.1f} | "
             f"{r['restore_seconds']:.1f} | {r['restore_rss_bytes'] / 2**30:.2f} |"
         )
-    print("saved", save_results("atari_scale", {"args": vars(args), "rows": rows}))
+    print("saved", save_results(f"atari_scale-{args.config}", {"args": vars(args), "rows": rows}))
 
 
 if __name__ == "__main__":

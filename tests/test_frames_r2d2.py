@@ -30,7 +30,7 @@ from apex.replay.tables import (
 )
 from apex.replay.writer import SequenceWriter
 from tests.fakes import FakeVariableSource
-from tests.test_frames import SIZE, ScriptedFrames, read_back
+from tests.test_frames import SIZE, ScriptedFrames, manifest_of, read_back
 from tests.test_frames import assert_same_items as assert_same_frames_items
 
 SINGLE = "ApexTest/ScriptedFramesSingle-v0"  # [SIZE, SIZE] frames, no stack
@@ -208,9 +208,7 @@ def test_a_packed_r2d2_checkpoint_is_refused_naming_frame_storage_packed():
     from apex import checkpointing
 
     def manifest(layout: str) -> dict:
-        c = r2d2_config()
-        c.replay.frame_storage = layout
-        return checkpointing.make_manifest(c, item_signature(c, env_spec(c.env)), [[1]])
+        return manifest_of(r2d2_config(), frame_storage=layout)
 
     old = manifest("packed")
     del old["config"]["replay"]["frame_storage"]  # written before the field existed
