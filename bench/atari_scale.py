@@ -15,7 +15,8 @@ writer and frame layout, its priorities) by envs that step through the
 recording (every 700 steps an episode is truncated and restarts at its first
 stack). With --config r2d2_atari, the same for a RecurrentActor of that config
 (single frames; sequences of 80 every 40). Its Q-network (and LSTM state) is
-replaced by zeros: the network's forward pass is what
+replaced by zeros (R2D2's stored LSTM states by noise: zeros would compress
+away, a trained LSTM's state does not): the network's forward pass is what
 limits an actor on this CPU, and it changes nothing that is stored. Measured,
 per layout ('packed', the layout before issue 16; 'frames', each frame stored
 once; 'zstd' and 'lz4', stored once and compressed on the actor):
@@ -153,9 +154,17 @@ def measure(config_name: str, layout: str, items: int) -> dict:
     zeros = np.zeros((e, spec.num_actions), np.float32)
     with builder.make_writer(client, 0, eps, 0, lambda: False) as w:
         actor = builder.make_actor(replayed, 0, _Weights(c, spec), w)
-        if builder.recurrent:  # zero Q-values and a zero LSTM state
-            h = np.zeros((e, c.r2d2.lstm_size), np.float32)
-            actor._forward = lambda obs, state=None: (zeros[: len(obs)], (h, h), 0)
+        if builder.recurrent:  # zero Q-values; LSTM states of noise, as incompressible
+            rng = np.random.default_rng(0)  # as a trained LSTM's (zeros would compress away)
+
+            def state(n: int) -> np.ndarray:
+                return rng.standard_normal((n, c.r2d2.lstm_size), np.float32)
+
+            actor._forward = lambda obs, s=None: (
+                zeros[: len(obs)],
+                (state(len(obs)), state(len(obs))),
+                0,
+            )
         else:
             actor._forward = lambda obs, state=None: (zeros[: len(obs)], None, 0)
         rss, _, fill = fill_halves(actor, w, client, table, items, q, go)
