@@ -66,6 +66,18 @@ def _dir_bytes(path: str) -> int:
     )
 
 
+def start_server(path: str, overrides: dict, items: int):
+    """A Reverb server process (suite._fill_server) with the tables of the
+    config at `path` and `overrides`, sized to `items`: (process, its queue,
+    done and go events, port, RSS before any item)."""
+    ctx = mp.get_context("spawn")
+    q, done, go = ctx.Queue(), ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_fill_server, args=(items, q, done, go, path, overrides), daemon=True)
+    proc.start()
+    _, port, rss0 = q.get(timeout=180)
+    return proc, q, done, go, port, rss0
+
+
 def fill_halves(actor, writer, client, table: str, items: int, q, go, timeout: float = 300):
     """Steps `actor` until `items` are in `table`, then until all are; after each
     half, the server process (suite._fill_server) reports its RSS. Returns the
@@ -107,11 +119,7 @@ def fill(config_name: str, layout: str, items: int, chunk_length: int | None, se
         setattr(c.replay, k.split(".")[1], v)
     builder = get_builder(c)
     spec = env_spec(c.env)
-    ctx = mp.get_context("spawn")
-    q, done, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_fill_server, args=(items, q, done, go, path, overrides), daemon=True)
-    proc.start()
-    _, port, rss0 = q.get(timeout=180)
+    proc, q, done, go, port, rss0 = start_server(path, overrides, items)
     client = reverb.Client(f"localhost:{port}")
     table = table_name(c)
     e = c.actor.envs_per_actor

@@ -36,9 +36,8 @@ import os
 import shutil
 import time
 
-from atari_replay import LAYOUTS, PAPER, _dir_bytes, _Weights, fill_halves
+from atari_replay import LAYOUTS, PAPER, _dir_bytes, _Weights, fill_halves, start_server
 from common import ROOT, header, save_results
-from suite import _fill_server
 
 STEPS = 700  # recorded agent steps per env (Pong's random-play episodes are longer)
 _RECORDING = None  # [STEPS + 1, E, 4, 84, 84] uint8 and [STEPS, E] rewards
@@ -138,11 +137,7 @@ def measure(config_name: str, layout: str, items: int) -> dict:
     if "ApexBench/ReplayedPong-v0" not in gym.registry:
         gym.register("ApexBench/ReplayedPong-v0", entry_point=_make_replayed_env)
     _INSTANCES[0] = 0
-    ctx = mp.get_context("spawn")
-    q, done, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_fill_server, args=(items, q, done, go, path, overrides), daemon=True)
-    proc.start()
-    _, port, rss0 = q.get(timeout=180)
+    proc, q, done, go, port, rss0 = start_server(path, overrides, items)
     client = reverb.Client(f"localhost:{port}")
     table = table_name(c)
     builder = get_builder(c)
@@ -177,6 +172,7 @@ def measure(config_name: str, layout: str, items: int) -> dict:
     ckpt_bytes = _dir_bytes(ckpt)
     done.set()
     proc.join(30)
+    ctx = mp.get_context("spawn")
     out = ctx.Queue()
     restorer = ctx.Process(target=_restore, args=(path, overrides, items, ckpt, out))
     restorer.start()
