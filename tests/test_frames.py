@@ -131,28 +131,37 @@ def run_layout(
     order, as the learner's input transform gives them (numpy, by field name)."""
     from apex.agents.dqn.acting import VectorActor
 
+    def writer(client, eps):
+        return TransitionWriter(client, 0, eps, chunk_length=chunk_length)
+
+    return run_actor(config, layout, compression, steps, TRANSITIONS_TABLE, writer, VectorActor)
+
+
+def run_actor(config, layout, compression, steps, table, make_writer, actor_class, fields=None):
+    """Runs `actor_class` of `config` (replay.frame_storage=`layout`,
+    frame_compression=`compression`) for `steps` vector steps into a FIFO queue
+    `table` through make_writer(client, epsilons), and reads its items back
+    (read_back) plus the writer's compressed bytes. Shared by the Ape-X and
+    R2D2 layout tests."""
     c = config
     c.replay.frame_storage = layout
     c.replay.frame_compression = compression
     spec = env_spec(c.env)
     signature = item_signature(c, spec)
-    server = reverb.Server(
-        [reverb.Table.queue(TRANSITIONS_TABLE, max_size=100_000, signature=signature)]
-    )
+    server = reverb.Server([reverb.Table.queue(table, max_size=100_000, signature=signature)])
     try:
         client = reverb.Client(f"localhost:{server.port}")
         weights = make_network(c, spec, seed=0).get_weights()
         eps = np.full(c.actor.envs_per_actor, 0.5, np.float32)
-        with TransitionWriter(client, 0, eps, chunk_length=chunk_length) as writer:
-            actor = VectorActor(c, 0, FakeVariableSource(weights, version=2), writer)
+        with make_writer(client, eps) as writer:
+            actor = actor_class(c, 0, FakeVariableSource(weights, version=2), writer)
             for _ in range(steps):
                 actor.step()
             actor.close()
             assert writer.stores_frames == (layout == "auto")
-            frames_written = writer.frames_written
-            stored_bytes = writer.frame_bytes
+            frames_written, stored_bytes = writer.frames_written, writer.frame_bytes
         out = read_back(
-            server, client, TRANSITIONS_TABLE, signature, c, FIELDS, actor, frames_written
+            server, client, table, signature, c, fields or FIELDS, actor, frames_written
         )
         return {**out, "stored_bytes": stored_bytes}
     finally:

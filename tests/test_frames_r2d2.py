@@ -16,10 +16,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-import reverb
 import tensorflow as tf
 
-from apex.agents.policy import make_network
 from apex.config import ApexConfig
 from apex.envs import env_spec
 from apex.replay.tables import (
@@ -29,8 +27,7 @@ from apex.replay.tables import (
     unpack_item,
 )
 from apex.replay.writer import SequenceWriter
-from tests.fakes import FakeVariableSource
-from tests.test_frames import SIZE, ScriptedFrames, manifest_of, read_back
+from tests.test_frames import SIZE, ScriptedFrames, manifest_of, run_actor
 from tests.test_frames import assert_same_items as assert_same_frames_items
 
 SINGLE = "ApexTest/ScriptedFramesSingle-v0"  # [SIZE, SIZE] frames, no stack
@@ -72,34 +69,14 @@ def run_layout(
     insertion order, as the learner's input transform gives them (numpy)."""
     from apex.agents.r2d2.acting import RecurrentActor
 
-    c = config
-    c.replay.frame_storage = layout
-    c.replay.frame_compression = compression
-    spec = env_spec(c.env)
-    signature = item_signature(c, spec)
-    server = reverb.Server(
-        [reverb.Table.queue(SEQUENCES_TABLE, max_size=100_000, signature=signature)]
+    kwargs = {} if chunk_length is None else {"frame_chunk_length": chunk_length}
+
+    def writer(client, eps):
+        return SequenceWriter(client, 0, eps, slot_offset=5, table=SEQUENCES_TABLE, **kwargs)
+
+    return run_actor(
+        config, layout, compression, steps, SEQUENCES_TABLE, writer, RecurrentActor, FIELDS
     )
-    try:
-        client = reverb.Client(f"localhost:{server.port}")
-        weights = make_network(c, spec, seed=0).get_weights()
-        eps = np.full(c.actor.envs_per_actor, 0.5, np.float32)
-        kwargs = {} if chunk_length is None else {"frame_chunk_length": chunk_length}
-        writer = SequenceWriter(client, 0, eps, slot_offset=5, table=SEQUENCES_TABLE, **kwargs)
-        with writer:
-            actor = RecurrentActor(c, 0, FakeVariableSource(weights, version=2), writer)
-            for _ in range(steps):
-                actor.step()
-            actor.close()
-            assert writer.stores_frames == (layout == "auto")
-            frames_written = writer.frames_written
-            stored_bytes = writer.frame_bytes
-        out = read_back(
-            server, client, SEQUENCES_TABLE, signature, c, FIELDS, actor, frames_written
-        )
-        return {**out, "stored_bytes": stored_bytes}
-    finally:
-        server.stop()
 
 
 def assert_same_items(old: dict, new: dict) -> None:

@@ -122,9 +122,10 @@ def decode(value: bytes) -> np.ndarray:
 
 
 def _decode_into(codec: str, payload: memoryview, out: np.ndarray) -> None:
+    """Decodes `payload` into `out` (a contiguous array of the block's shape)."""
     flat = out.reshape(-1).view(np.uint8)
     try:
-        if codec == "zstd":
+        if codec == "zstd":  # the thread's context: no context made per call
             raw = _zstd_decompressor().decompress(payload, max_output_size=flat.nbytes)
             n = len(raw)
             if n == flat.nbytes:
@@ -147,40 +148,30 @@ def decode_blocks(values: np.ndarray) -> np.ndarray:
         raise FrameCodecError(f"expected [..., M] blocks, got shape {values.shape}")
     flat = values.reshape(-1)
     codec, dtype, shape, start = _header(flat[0])
-    g = shape[0]
     lead, m = values.shape[:-1], values.shape[-1]
-    out = np.empty((*lead, m * g, *shape[1:]), dtype)
-    blocks = out.reshape(len(flat), -1).view(np.uint8)  # one row of bytes per block
+    out = np.empty((*lead, m * shape[0], *shape[1:]), dtype)
+    rows = out.reshape(len(flat), *shape)  # a view: one row per block
     first = bytes(flat[0][:start])
-    size = blocks.shape[1]
-    zstd = _zstd_decompressor().decompress
     for i, value in enumerate(flat):
         # The learner decodes every sampled block: a header equal to the first
-        # one's is checked by one comparison, others parsed (another codec).
-        if value[:start] == first and codec == "zstd":
-            try:
-                raw = zstd(memoryview(value)[start:], max_output_size=size)
-            except zstandard.ZstdError as err:
-                raise FrameCodecError(f"a damaged block of zstd frames: {err}") from err
-            if len(raw) != size:
-                raise FrameCodecError(f"a zstd block decoded to {len(raw)} bytes, expected {size}")
-            blocks[i] = np.frombuffer(raw, np.uint8)
-            continue
-        c, dt, sh, begin = _header(value)
-        if (dt, sh) != (dtype, shape):
-            raise FrameCodecError(f"blocks of one column differ: {sh} {dt} after {shape} {dtype}")
-        _decode_into(c, memoryview(value)[begin:], out.reshape(len(flat), *shape)[i])
+        # one's costs one comparison; another (e.g. another codec) is parsed.
+        c, begin = codec, start
+        if value[:start] != first:
+            c, dt, sh, begin = _header(value)
+            if (dt, sh) != (dtype, shape):
+                raise FrameCodecError(
+                    f"blocks of one column differ: {sh} {dt} after {shape} {dtype}"
+                )
+        _decode_into(c, memoryview(value)[begin:], rows[i])
     return out
 
 
 def is_blocks(value: object) -> bool:
-    """True if `value` (an array or tensor) holds bytes: blocks of this codec."""
+    """True if `value` (a numpy array or a tf.Tensor) holds bytes: blocks."""
     dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        return False
-    if hasattr(dtype, "is_numpy_compatible") or type(dtype).__module__.startswith("tensorflow"):
-        return getattr(dtype, "name", "") == "string"
-    return np.dtype(dtype).kind in "OS"
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "OS"
+    return getattr(dtype, "name", "") == "string"  # a tf.DType
 
 
 def tf_decode(values, shape: tuple[int, ...], dtype) -> object:

@@ -71,8 +71,8 @@ def stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
     """True if `config`'s transitions store each frame once (frame windows):
     replay.frame_storage is 'auto' and the observation is a stack of
     env.frame_stack > 1 frames on its first axis; otherwise the packed layout."""
-    k = int(getattr(config.env, "frame_stack", 1) or 1)
-    mode = getattr(config.replay, "frame_storage", "auto")
+    k = int(config.env.frame_stack or 1)
+    mode = config.replay.frame_storage
     shape = tuple(spec.observation_shape)
     return mode == "auto" and k > 1 and len(shape) >= 2 and shape[0] == k
 
@@ -218,7 +218,7 @@ def sequence_stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
     layout): replay.frame_storage is 'auto' and the observation is an image
     (two axes or more: a frame, or a stack of frames); otherwise the packed
     layout (sequence_signature), e.g. for vector observations."""
-    mode = getattr(config.replay, "frame_storage", "auto")
+    mode = config.replay.frame_storage
     return mode == "auto" and len(tuple(spec.observation_shape)) >= 2
 
 

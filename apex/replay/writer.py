@@ -81,7 +81,6 @@ class TransitionWriter:
         self._writer = compat.reverb_trajectory_writer(client, chunk_length, 3000)
         self.items_written = 0
         self.seconds_writing = 0.0
-        self.frames_written = 0
         self._frames: _FrameStreams | None = None  # set by start_frames
 
     # ------------------------------------------------ frames stored once (issue 16)
@@ -89,6 +88,11 @@ class TransitionWriter:
     def stores_frames(self) -> bool:
         """True once start_frames was called: `write` then takes frame positions."""
         return self._frames is not None
+
+    @property
+    def frames_written(self) -> int:
+        """Frames (observations) appended to the slots' streams so far (0: not stored once)."""
+        return 0 if self._frames is None else int(self._frames.count.sum())
 
     @property
     def frame_bytes(self) -> int:
@@ -121,9 +125,7 @@ class TransitionWriter:
         # would cut chunks short: worse compression, more slices per item).
         self._max_in_flight = max(self._max_in_flight, e * (self._chunk_length + n_step + 2))
         self._frames = _FrameStreams(e, k, keep, compression=compression)
-        positions = self._frames.append(self._writer, [list(o) for o in obs])
-        self.frames_written = int(self._frames.count.sum())
-        return positions
+        return self._frames.append(self._writer, [list(o) for o in obs])
 
     def append_frames(self, next_obs: np.ndarray, obs: np.ndarray) -> np.ndarray:
         """Stores the newest frame of every slot's next_obs [E, K, *frame]; returns
@@ -138,7 +140,6 @@ class TransitionWriter:
         shifted = (next_obs[:, :-1] == np.asarray(obs)[:, 1:]).reshape(e, -1).all(axis=1)
         frames = [[next_obs[j, -1]] if shifted[j] else list(next_obs[j]) for j in range(e)]
         out = self._frames.append(self._writer, frames)
-        self.frames_written = int(self._frames.count.sum())
         self.seconds_writing += time.perf_counter() - t0
         return out
 
@@ -422,7 +423,6 @@ class SequenceWriter(TransitionWriter):
         self._zero = np.zeros_like(obs[0])
         positions = self._frames.append(self._writer, [[o] for o in obs])
         self._last_real = positions.copy()
-        self.frames_written = int(self._frames.count.sum())
         return positions
 
     def append_frames(self, obs: np.ndarray, episode_starts=()) -> np.ndarray:
@@ -435,7 +435,6 @@ class SequenceWriter(TransitionWriter):
             self._frames.align(self._writer, int(j), self._zero)
         positions = self._frames.append(self._writer, [[o] for o in np.asarray(obs)])
         self._last_real = positions.copy()
-        self.frames_written = int(self._frames.count.sum())
         self.seconds_writing += time.perf_counter() - t0
         return positions
 
@@ -496,5 +495,4 @@ class SequenceWriter(TransitionWriter):
             refs = w.Append(blank + [floats[j], meta[j]])[e:]
             columns = [[refs[0]], [refs[1]], frames.window(s, last, length)]
             w.CreateItem(table, float(priorities[j]), columns, squeeze)
-        self.frames_written = int(frames.count.sum())
         self.items_written += n
