@@ -342,23 +342,6 @@ def manifest_of(config: ApexConfig, **replay: str) -> dict:
     return checkpointing.make_manifest(config, item_signature(config, env_spec(config.env)), [[1]])
 
 
-def test_a_checkpoint_of_the_packed_layout_is_refused_by_name_unless_resumed_packed():
-    from apex import checkpointing
-
-    def manifest(layout: str) -> dict:
-        return manifest_of(scripted_config(), frame_storage=layout)
-
-    old = manifest("packed")
-    del old["config"]["replay"]["frame_storage"]  # written before the field existed
-    problems = checkpointing.compatibility_problems(old, manifest("auto"))
-    assert len(problems) == 1
-    assert "replay signature differs" in problems[0]
-    assert "obs_pair" in problems[0] and "obs_frames" in problems[0]
-    assert "resume it with --config.replay.frame_storage=packed" in problems[0]
-    # the old layout lives on: resuming with replay.frame_storage='packed' works
-    assert checkpointing.compatibility_problems(old, manifest("packed")) == []
-
-
 def test_a_checkpoint_of_other_frame_compression_is_refused_naming_it():
     from apex import checkpointing
 

@@ -27,7 +27,7 @@ from apex.replay.tables import (
     unpack_item,
 )
 from apex.replay.writer import SequenceWriter
-from tests.test_frames import SIZE, ScriptedFrames, manifest_of, run_actor
+from tests.test_frames import SIZE, ScriptedFrames, manifest_of, run_actor, scripted_config
 from tests.test_frames import assert_same_items as assert_same_frames_items
 
 SINGLE = "ApexTest/ScriptedFramesSingle-v0"  # [SIZE, SIZE] frames, no stack
@@ -181,17 +181,24 @@ def test_tools_decode_a_frame_sequence_into_its_fields():
     assert data["version"].dtype == np.int64 and data["epsilon"].dtype == np.float32
 
 
-def test_a_packed_r2d2_checkpoint_is_refused_naming_frame_storage_packed():
+@pytest.mark.parametrize(
+    ("make_config", "old_key"),
+    [(scripted_config, "obs_pair"), (r2d2_config, "'obs'")],
+    ids=["apex_dqn", "r2d2"],
+)
+def test_a_packed_checkpoint_is_refused_naming_frame_storage_packed(make_config, old_key):
     from apex import checkpointing
 
     def manifest(layout: str) -> dict:
-        return manifest_of(r2d2_config(), frame_storage=layout)
+        return manifest_of(make_config(), frame_storage=layout)
 
     old = manifest("packed")
     del old["config"]["replay"]["frame_storage"]  # written before the field existed
     problems = checkpointing.compatibility_problems(old, manifest("auto"))
     assert len(problems) == 1 and "replay signature differs" in problems[0]
+    assert old_key in problems[0] and "obs_frames" in problems[0]
     assert "resume it with --config.replay.frame_storage=packed" in problems[0]
+    # the old layout lives on: resuming with replay.frame_storage='packed' works
     assert checkpointing.compatibility_problems(old, manifest("packed")) == []
 
 
