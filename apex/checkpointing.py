@@ -171,7 +171,7 @@ def latest_complete(run_dir: str) -> str | None:
 
 
 def replay_table_manifest(config: ApexConfig, signature: Any) -> dict[str, Any]:
-    from apex.replay.tables import table_name
+    from apex.agents import table_name
 
     r = config.replay
     return {

@@ -1,5 +1,5 @@
 """The hang doctor: named reasons for a stalled program, from heartbeats and
-the replay's rate-limiter numbers (apex.replay.inspect.table_stats).
+the replay's rate-limiter numbers (apex.replay.stats.table_stats).
 
 Reasons (the `reason` field, stable for scripts):
   learner_waiting_for_samples   the learner has been inside a sampling + SGD step
@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from apex import heartbeat as hb
-from apex.replay.inspect import format_stats
+from apex.replay.stats import format_stats
 
 
 @dataclasses.dataclass(frozen=True)

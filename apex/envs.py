@@ -34,24 +34,13 @@ import numpy as np  # noqa: E402
 
 from apex.config import ApexConfig, EnvConfig  # noqa: E402
 from apex.errors import ConfigError  # noqa: E402
+from apex.specs import EnvSpec, to_observation  # noqa: E402, F401 - named here too
 
 # Evaluation episodes of an env with no time limit are cut here (108,000 Atari
 # frames at frame skip 4, the usual cap) unless evaluation.max_episode_steps says.
 DEFAULT_EVAL_EPISODE_CAP = 27_000
 # Ids the unknown-id error suggests: a Discrete action space, observations apex takes.
 EXAMPLE_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "ALE/Pong-v5")
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvSpec:
-    """What the networks and the replay signature need to know about an env."""
-
-    observation_shape: tuple[int, ...]
-    observation_dtype: str
-    num_actions: int
-    observation_scale: float = 1.0
-    """What the conv torso multiplies observations by: 1/255 for uint8 pixels,
-    1 for 0/1 images (booleans, one-hot) and float observations."""
 
 
 class InjectedFault(RuntimeError):
@@ -77,7 +66,7 @@ class FaultInjection(gym.Wrapper):
 
 def _register_ale() -> None:
     try:
-        import ale_py
+        import ale_py  # the optional Atari extra: imported for ALE ids only
     except ImportError:
         raise ConfigError(
             "env.id",
@@ -218,7 +207,9 @@ def _encode_leaf(space: gym.Space, value: Any, dtype: type) -> np.ndarray:
 
 
 class ObservationEncoder(gym.ObservationWrapper):
-    """Encodes any supported observation space as one Box (see the module docstring)."""
+    """Encodes any supported observation space as one Box (see the module docstring):
+    its observations are already of the stored type (apex.specs.to_observation),
+    so an actor stores what its envs return as it is."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -230,6 +221,9 @@ class ObservationEncoder(gym.ObservationWrapper):
                 low = np.clip(space.low, 0, 255).astype(np.uint8)
                 high = np.clip(space.high, 0, 255).astype(np.uint8)
                 self.observation_space = gym.spaces.Box(low, high, dtype=np.uint8)
+            elif dtype == np.float32 and space.dtype != np.float32:
+                low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+                self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
             self._dtype = dtype
             return
         self._leaves = _leaves(space)
@@ -246,7 +240,9 @@ class ObservationEncoder(gym.ObservationWrapper):
     def observation(self, observation: Any) -> np.ndarray:
         if self._box:
             obs = np.asarray(observation)
-            return obs.astype(np.uint8) if self._dtype == np.uint8 else obs
+            if self._dtype == np.uint8:
+                return obs.astype(np.uint8)
+            return obs.astype(np.float32, copy=False)
         values = _leaves_of(self.env.observation_space, observation)
         return np.concatenate(
             [_encode_leaf(s, v, self._dtype) for (_, s), v in zip(self._leaves, values)]
@@ -419,7 +415,7 @@ def _has_distribution(md: Any, name: str) -> bool:
 
 
 def _env_packages(config: EnvConfig, env: gym.Env, new_modules: set[str]) -> dict[str, Any]:
-    import importlib.metadata as md
+    import importlib.metadata as md  # only before launch, to name the env's packages
 
     roots = {entry.split(":")[0] for entry in config.imports}
     entry = getattr(env.spec, "entry_point", None)
@@ -499,9 +495,3 @@ def prepare_env(config: ApexConfig) -> PreparedEnv:
             "set env.max_episode_steps to bound both"
         )
     return PreparedEnv(spec, limit, packages, tuple(warnings))
-
-
-def to_observation(obs: np.ndarray) -> np.ndarray:
-    """The stored observation type: uint8 images stay uint8, the rest is float32."""
-    obs = np.asarray(obs)
-    return obs if obs.dtype == np.uint8 else obs.astype(np.float32)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from apex import heartbeat as hb
+from apex.agents import make_policy
 from apex.agents.policy import ActingPolicy
 from apex.config import ApexConfig
 from apex.envs import DEFAULT_EVAL_EPISODE_CAP, env_spec, make_env, to_observation
@@ -136,7 +137,7 @@ class Evaluator:
         self._metrics = metrics
         self.evaluations = 0
         self.failures = 0  # calls to other nodes that failed in a row
-        self._policy = ActingPolicy(config, env_spec(config.env))
+        self._policy = make_policy(config, env_spec(config.env))
 
     def evaluate_once(
         self, should_stop: Callable[[], bool] | None = None

@@ -1,8 +1,9 @@
 """Heartbeats: every node says, once a period, that it lives and what it waits on.
 
 Each node sends a beat from a daemon thread: host, pid, time, its current
-state and since when, its counters and their rate. The hot loop only records
-state changes (two attribute writes). Beats go to a sink: in a program, the
+state and since when, its counters and their rate. A hot loop records state
+changes (`enter`: two attribute writes) or keeps its own finer state that the
+beats read (`follow`: an actor's inserts). Beats go to a sink: in a program, the
 coordinator's `heartbeat` RPC (so a node on another host, with no access to
 the run directory, takes part); the coordinator keeps them in a
 `HeartbeatStore`, which decides liveness and "finished" from them and also
@@ -91,6 +92,7 @@ class Heartbeat:
         self._period = float(period)
         self._stop = threading.Event()
         self._last: tuple[float, float] | None = None
+        self._probe: Callable[[], tuple[str, float] | None] | None = None
         if self._sink is not None:
             self._send()
             threading.Thread(target=self._loop, name=f"heartbeat-{node}", daemon=True).start()
@@ -101,8 +103,21 @@ class Heartbeat:
             self.state = state
             self.since = time.time()
 
+    def follow(self, probe: Callable[[], tuple[str, float] | None] | None) -> None:
+        """While the node is ACTING, its beats report `probe()`'s (state, since)
+        instead (when not None): a finer state its hot loop keeps without calling
+        here, e.g. the actor's inserts (apex.agents.acting.Actor). None: no probe."""
+        self._probe = probe
+
     def beat(self) -> dict[str, Any]:
         now = time.time()
+        state, since = self.state, self.since
+        probe = self._probe
+        if probe is not None and state == ACTING:
+            try:
+                state, since = probe() or (state, since)
+            except Exception:  # noqa: BLE001 - a heartbeat must not take a node down
+                pass
         try:
             counts = dict(self._counters())
         except Exception:  # noqa: BLE001 - a heartbeat must not take a node down
@@ -120,9 +135,9 @@ class Heartbeat:
             **PLACEMENT,
             **memory_mb(),
             "time": now,
-            "state": self.state,
-            "state_since": self.since,
-            "state_seconds": now - self.since,
+            "state": state,
+            "state_since": since,
+            "state_seconds": now - since,
             "counters": counts,
             "rate_per_second": rate,
             "period_seconds": self._period,

@@ -31,7 +31,7 @@ import numpy as np
 
 Variables = tuple[int, list[np.ndarray], dict[str, float]]
 
-# Checkpoint keys. The best record's keys are the learner's (apex/learner.py
+# Checkpoint keys. The best record's keys are the learner's (apex/learner/state.py
 # get_state/set_state), so one checkpoint format holds either.
 BEST_RETURN_KEY = "best_return_mean"
 BEST_VERSION_KEY = "best_version"

@@ -31,10 +31,18 @@ class VariableSource(Protocol):
 @runtime_checkable
 class ItemWriter(Protocol):
     """Writes an actor's items (one replay item per row of `batch`) with their
-    priorities; a context manager that flushes on exit."""
+    priorities; a context manager that flushes on exit.
+
+    A writer that can store each frame once (apex.replay.writer: can_store_frames)
+    also offers the agent's start_frames / append_frames (the actor then passes
+    frame positions in place of observations); frames_written and frame_bytes
+    count what it stored that way (0 otherwise)."""
 
     items_written: int
     seconds_writing: float
+    can_store_frames: bool
+    frames_written: int
+    frame_bytes: int
 
     def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None: ...
 

@@ -13,8 +13,9 @@ running without it.
 A node that dies of an exception says so first: a node that can write the run
 directory (learner, coordinator, evaluator) leaves RUN_DIR/failures/<node>.json
 (`record_failure`: pid, host, exception type, message, traceback tail), and
-`death_message` names that exception for a dead pid that matches a record,
-instead of guessing a kill.
+`death_verdict` names that exception for a dead pid that matches a record,
+instead of guessing a kill. The failure is a value (apex.verdicts.NodeFailure);
+its `message` is the text summary.json and the launcher print.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from apex import heartbeat as hb
 from apex.heartbeat import pid_alive  # noqa: F401 - re-exported for tools and bench
 from apex.jsonio import write_json_atomic
+from apex.verdicts import FailureKind, NodeFailure
 
 WATCHED_BY_LAUNCHER = ("coordinator",)
 FAILURES_DIR = "failures"
@@ -135,7 +137,9 @@ def recorded_failure(
     if not records:
         return None
     first = min(records, key=lambda r: float(r.get("time") or 0.0))
-    return f"{first.get('node')} (pid {first.get('pid')}) died of {_record_text(first)}"
+    return NodeFailure(
+        str(first.get("node")), FailureKind.DIED, _record_text(first), pid=first.get("pid")
+    ).message
 
 
 def dead_nodes(run_dir: str, nodes: Sequence[str] = WATCHED_BY_LAUNCHER) -> list[tuple[str, int]]:
@@ -167,18 +171,25 @@ def dead_nodes(run_dir: str, nodes: Sequence[str] = WATCHED_BY_LAUNCHER) -> list
     return [(node, pid) for _, node, pid in sorted(out)]
 
 
-def death_message(node: str, pid: int, run_dir: str = "") -> str:
-    """How a node that died without stopping is named in summary.json's `failure`:
-    the exception its process recorded (RUN_DIR/failures, `record_failure`) when
-    one matches `pid`, else a kill."""
+def death_verdict(node: str, pid: int, run_dir: str = "") -> NodeFailure:
+    """A node that died without stopping: DIED of the exception its process
+    recorded (RUN_DIR/failures, `record_failure`) when one matches `pid`, else
+    KILLED."""
     recorded = failure_of_pid(run_dir, node, pid)
     if recorded is not None:
-        return f"{node} (pid {pid}) died of {recorded}"
-    return f"{node} (pid {pid}) exited without stopping (killed, e.g. SIGKILL or out of memory)"
+        return NodeFailure(node, FailureKind.DIED, recorded, pid=pid)
+    return NodeFailure(node, FailureKind.KILLED, pid=pid)
+
+
+def death_message(node: str, pid: int, run_dir: str = "") -> str:
+    """How a node that died without stopping is named in summary.json's `failure`
+    (`death_verdict`'s message)."""
+    return death_verdict(node, pid, run_dir).message
 
 
 class NodeMonitor:
-    """Calls `on_death(message)` once when a watched node's process dies without stopping.
+    """Calls `on_death(message)` once when a watched node's process dies without stopping
+    (`verdict`: that death as a value; `failure`: its message).
 
     Runs on a daemon thread until `stopping()` is true (a stop in progress kills
     slow nodes on purpose) or a death was reported.
@@ -197,8 +208,13 @@ class NodeMonitor:
         self._on_death = on_death
         self._stopping = stopping
         self._period = period
-        self.failure: str | None = None
+        self.verdict: NodeFailure | None = None
         self._thread = threading.Thread(target=self._loop, name="node-monitor", daemon=True)
+
+    @property
+    def failure(self) -> str | None:
+        """The death's text, as summary.json's `failure` names it (None: none seen)."""
+        return None if self.verdict is None else self.verdict.message
 
     def start(self) -> NodeMonitor:
         self._thread.start()
@@ -212,8 +228,8 @@ class NodeMonitor:
             dead = dead_nodes(self._run_dir, self._nodes)
             if dead and not self._stopping():
                 (first, pid), rest = dead[0], dead[1:]
-                self.failure = death_message(first, pid, self._run_dir)
-                if rest:
-                    self.failure += "; then " + ", ".join(f"{n} (pid {p})" for n, p in rest)
-                self._on_death(self.failure)
+                self.verdict = death_verdict(first, pid, self._run_dir).with_then(
+                    [f"{n} (pid {p})" for n, p in rest]
+                )
+                self._on_death(self.verdict.message)
                 return

@@ -158,7 +158,7 @@ def _evaluation(
 
 
 def _observation_spec(config: ApexConfig) -> dict[str, Any] | None:
-    """The observation the network takes (apex.envs.EnvSpec), None when the env
+    """The observation the network takes (apex.specs.EnvSpec), None when the env
     cannot be made here (then `load` makes it)."""
     from apex.envs import env_spec
     from apex.errors import ConfigError
@@ -346,12 +346,12 @@ def is_policy_dir(path: str) -> bool:
 class TrainedPolicy:
     """An exported policy: greedy actions and Q-values for single observations.
 
-    Attributes: config (the run's ApexConfig), spec (apex.envs.EnvSpec), weights
+    Attributes: config (the run's ApexConfig), spec (apex.specs.EnvSpec), weights
     (the flat list), version, eval_return, env_id, recurrent, metadata (policy.json).
     """
 
     def __init__(self, metadata: dict[str, Any], weights: list[np.ndarray], path: str = ""):
-        from apex.agents.policy import ActingPolicy
+        from apex.agents import make_policy
 
         self.path = path
         self.metadata = metadata
@@ -361,7 +361,7 @@ class TrainedPolicy:
         self.eval_return: float | None = metadata.get("eval_return")
         self.env_id: str = self.config.env.id
         self.spec = self._spec(metadata.get("observation"))
-        self._policy = ActingPolicy(self.config, self.spec)
+        self._policy = make_policy(self.config, self.spec)
         self._policy.set_weights(weights)
         self.recurrent: bool = bool(self._policy.recurrent)
         self._state = self._policy.initial_state(1)

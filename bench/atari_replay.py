@@ -52,7 +52,7 @@ class _Weights:
     """A VariableSource serving a config's network's initial weights."""
 
     def __init__(self, config, spec):
-        from apex.agents.policy import make_network
+        from apex.agents import make_network
 
         self._w = make_network(config, spec, seed=0).get_weights()
 
@@ -106,11 +106,9 @@ def fill(config_name: str, layout: str, items: int, chunk_length: int | None, se
     import numpy as np
     import reverb
 
-    from apex.agents import get_builder
-    from apex.config import load_config_file
-    from apex.envs import env_spec
-    from apex.replay.dataset import make_dataset
-    from apex.replay.tables import item_signature, table_name
+    from apex import env_spec, load_config_file
+    from apex.agents import get_builder, item_signature, table_name
+    from apex.replay import make_dataset
 
     path = os.path.join(ROOT, "configs", f"{config_name}.py")
     overrides = LAYOUTS[layout]
@@ -201,7 +199,7 @@ def learners_side_by_side(rows: list[dict], contexts: list[dict], rounds: int, s
     side by side on this noisy machine."""
     import numpy as np
 
-    from apex.learner import Learner
+    from apex import Learner
 
     learners = [Learner(x["config"], x["spec"], f"localhost:{x['port']}") for x in contexts]
     for learner in learners:

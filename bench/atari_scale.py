@@ -47,7 +47,7 @@ _INSTANCES = [0]
 def _record(config, num_envs: int):
     import numpy as np
 
-    from apex.envs import make_env
+    from apex import make_env
 
     envs = [make_env(config.env, seed=j) for j in range(num_envs)]
     obs = np.stack([np.asarray(e.reset(seed=j)[0]) for j, e in enumerate(envs)])
@@ -94,9 +94,8 @@ def _restore(config_file: str, overrides: dict, capacity: int, path: str, out) -
     import psutil
     import reverb
 
-    from apex.config import load_config_file
-    from apex.envs import env_spec
-    from apex.replay.tables import make_tables, table_name
+    from apex import env_spec, load_config_file
+    from apex.agents import make_tables, table_name
 
     c = load_config_file(config_file)
     for k, v in overrides.items():
@@ -119,10 +118,8 @@ def measure(config_name: str, layout: str, items: int) -> dict:
     import numpy as np
     import reverb
 
-    from apex.agents import get_builder
-    from apex.config import load_config_file
-    from apex.envs import env_spec
-    from apex.replay.tables import table_name
+    from apex import env_spec, load_config_file
+    from apex.agents import get_builder, table_name
 
     global _RECORDING
     path = os.path.join(ROOT, "configs", f"{config_name}.py")

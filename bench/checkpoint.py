@@ -35,11 +35,8 @@ def size_bench(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import reverb
 
-    from apex import checkpointing
-    from apex.config import ApexConfig
-    from apex.envs import env_spec
-    from apex.learner import Learner
-    from apex.replay.tables import TRANSITIONS_TABLE, make_tables
+    from apex import ApexConfig, Learner, checkpointing, env_spec
+    from apex.agents import TRANSITIONS_TABLE, make_tables
 
     rows = []
     for n in args.items:
@@ -123,7 +120,7 @@ def _state(run_dir: str) -> dict:
 
 
 def _pid_of(run_dir: str, kind: str, launcher_pid: int) -> int:
-    from apex.heartbeat import read_heartbeats
+    from apex import read_heartbeats
 
     if kind == "launcher":
         return launcher_pid
@@ -151,8 +148,7 @@ def _train(run_dir: str, *overrides: str) -> subprocess.Popen:
 
 
 def sigkill_bench(args) -> None:
-    from apex import checkpointing
-    from apex.supervision import pid_alive
+    from apex import checkpointing, pid_alive
 
     rows = []
     for kind in args.kinds:

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from apex.run_dir import git_commit  # noqa: E402
+from apex import git_commit  # noqa: E402
 
 
 def run_program(config: str, overrides: list[str], timeout: float) -> dict:
@@ -45,11 +45,14 @@ def fill_transitions(client, n: int, batch: int = 1000) -> float:
     ~ Exp(1)) through apex's TransitionWriter; returns the seconds it took."""
     import numpy as np
 
-    from apex.replay.writer import TransitionWriter
+    from apex.agents import TRANSITIONS_TABLE
+    from apex.replay import TransitionWriter
 
     rng = np.random.default_rng(0)
     t0 = time.time()
-    with TransitionWriter(client, 0, np.geomspace(0.4, 0.001, 16).astype(np.float32)) as w:
+    with TransitionWriter(
+        client, TRANSITIONS_TABLE, 0, np.geomspace(0.4, 0.001, 16).astype(np.float32)
+    ) as w:
         for i in range(n // batch):
             w.write(
                 {

@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 def _serve(config, port_queue, stop_event) -> None:
     import reverb
 
-    from apex.envs import env_spec
-    from apex.replay.tables import make_tables
+    from apex import env_spec
+    from apex.agents import make_tables
 
     server = reverb.Server(make_tables(config, env_spec(config.env)))
     port_queue.put(server.port)
@@ -48,7 +48,7 @@ def _serve(config, port_queue, stop_event) -> None:
 
 
 def _config(envs: int):
-    from apex.config import ApexConfig
+    from apex import ApexConfig
 
     c = ApexConfig()
     c.actor.num_actors = 1
@@ -108,6 +108,9 @@ def timed_cpu(fn, seconds: float) -> tuple[float, float]:
 
 class _Null:
     seconds_writing = 0.0
+    can_store_frames = False  # an ItemWriter (apex.roles) of whole items
+    frames_written = 0
+    frame_bytes = 0
 
     def write(self, batch, priorities) -> None:
         pass
@@ -122,7 +125,7 @@ class _Recorder(_Null):
 
 class _Weights:
     def __init__(self, config):
-        from apex.agents.dqn.networks import QNetwork
+        from apex.agents import QNetwork
 
         self.net = QNetwork(4, 2, config.learner.hidden_sizes, seed=0)
 
@@ -142,12 +145,9 @@ def main() -> None:
     import reverb
     import tensorflow as tf
 
-    from apex.agents.dqn.acting import VectorActor
-    from apex.envs import env_spec, make_env
-    from apex.learner import Learner
-    from apex.replay.tables import TRANSITIONS_TABLE
-    from apex.replay.writer import TransitionWriter
-    from apex.run_dir import git_commit
+    from apex import Learner, env_spec, git_commit, make_env
+    from apex.agents import TRANSITIONS_TABLE, VectorActor
+    from apex.replay import TransitionWriter
 
     cfg = _config(args.envs)
     spec = env_spec(cfg.env)
@@ -183,7 +183,7 @@ def main() -> None:
     batch = recorder.batch
     prios = np.ones(len(batch["action"]))
 
-    from apex.replay.tables import pack_transitions
+    from apex.replay import pack_transitions
 
     # The bound: the same packed columns of one constant item, appended in a bare loop.
     packed = pack_transitions(batch, 0, batch["slot"], np.full(len(prios), 0.1), 0.0)
@@ -213,14 +213,20 @@ def main() -> None:
         )
         with client.writer(16, chunk_length=16) as w:
             rec("insert_raw_items_per_s", timed(lambda: raw_insert(w), args.seconds))
-        with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+        with TransitionWriter(
+            client, TRANSITIONS_TABLE, 0, np.full(args.envs, 0.1, np.float32)
+        ) as tw:
             rec(
                 "insert_apex_items_per_s",
                 timed(lambda: (tw.write(batch, prios), len(prios))[1], args.seconds),
             )
-        with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+        with TransitionWriter(
+            client, TRANSITIONS_TABLE, 0, np.full(args.envs, 0.1, np.float32)
+        ) as tw:
             rec("env_insert_floor_steps_per_s", timed(lambda: env_insert_floor(tw), args.seconds))
-        with TransitionWriter(client, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+        with TransitionWriter(
+            client, TRANSITIONS_TABLE, 0, np.full(args.envs, 0.1, np.float32)
+        ) as tw:
             actor = VectorActor(cfg, 0, _Weights(cfg), tw)
             rec(
                 "actor_process_steps_per_s",
@@ -230,13 +236,13 @@ def main() -> None:
     # Learner: in-process Reverb (the default layout) vs the same step on a constant batch.
     stop.set()
     proc.join(10)
-    from apex.replay.tables import make_tables
+    from apex.agents import make_tables
 
     lcfg = _config(args.envs)
     server = reverb.Server(make_tables(lcfg, spec))
     laddr = f"localhost:{server.port}"
     lclient = reverb.Client(laddr)
-    with TransitionWriter(lclient, 0, np.full(args.envs, 0.1, np.float32)) as tw:
+    with TransitionWriter(lclient, TRANSITIONS_TABLE, 0, np.full(args.envs, 0.1, np.float32)) as tw:
         actor = VectorActor(lcfg, 0, _Weights(lcfg), tw)
         while actor.items_written < 30_000:
             actor.step()
@@ -247,7 +253,7 @@ def main() -> None:
     const_iter = iter(tf.data.Dataset.from_tensors(sample).repeat())
 
     def const_step() -> int:
-        learner._run_sgd(const_iter)["scalars"].numpy()
+        learner._sgd.on_iterator(const_iter)["scalars"].numpy()
         return 1
 
     def sample_only() -> int:
@@ -260,7 +266,7 @@ def main() -> None:
         rate, cpu = timed_cpu(sample_only, args.seconds)
         rec("sample_transitions_per_s", rate)
         rec("sample_cpu_ms_per_batch", 1000 * cpu * lcfg.learner.batch_size)
-        const_step()  # each switch of iterator traces the SGD step once (_run_sgd): untimed
+        const_step()  # each switch of iterator traces the SGD step once (on_iterator): untimed
         rate, cpu = timed_cpu(const_step, args.seconds)
         rec("learner_constant_steps_per_s", rate)
         rec("sgd_cpu_ms_per_step", 1000 * cpu)

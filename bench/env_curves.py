@@ -67,8 +67,7 @@ import sys
 
 from common import ROOT, fmt, header, run_program, save_results
 
-from apex.metrics import read_jsonl
-from apex.run_dir import git_commit
+from apex import git_commit, read_jsonl
 
 CONFIG = "configs/apex_cartpole.py"
 DEFAULT_ENVS = ("Acrobot-v1", "LunarLander-v3")

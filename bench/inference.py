@@ -63,7 +63,7 @@ import numpy as np
 import psutil
 from common import ROOT, header, save_results
 
-from apex.inference import InferenceService
+from apex import InferenceService
 
 sys.path.insert(0, ROOT)
 
@@ -94,8 +94,7 @@ def _parent_gone(ppid: int) -> bool:
 
 
 def _load_config(net: str, num_actors: int, max_batch: int) -> tuple[Any, Any]:
-    from apex.config.overrides import load_config_file
-    from apex.envs import prepare_env
+    from apex import load_config_file, prepare_env
 
     config = load_config_file(os.path.join(ROOT, NETS[net]))
     config.actor.num_actors = num_actors
@@ -110,6 +109,9 @@ class DiscardWriter:
     def __init__(self) -> None:
         self.items_written = 0
         self.seconds_writing = 0.0
+        self.can_store_frames = False  # takes whole items only
+        self.frames_written = 0
+        self.frame_bytes = 0
 
     def write(self, batch: dict, priorities: Any) -> None:
         self.items_written += len(priorities)
@@ -174,12 +176,11 @@ def _server_main(net: str, num_actors: int, max_batch: int, conn: Any) -> None:
     _child_setup()
     ppid = os.getppid()
     try:
-        from apex import compat
-        from apex.agents.policy import ActingPolicy, make_network
-        from apex.inference import BatchingServer, bucket_size
+        from apex import BatchingServer, bucket_size, compat
+        from apex.agents import make_network, make_policy
 
         config, spec = _load_config(net, num_actors, max_batch)
-        policy = ActingPolicy(config, spec)
+        policy = make_policy(config, spec)
         weights = [np.asarray(w) for w in make_network(config, spec).get_weights()]
         pad = config.learner.torso != "mlp"
         e = config.actor.envs_per_actor
@@ -198,7 +199,7 @@ def _server_main(net: str, num_actors: int, max_batch: int, conn: Any) -> None:
         )
         server.set_weights(0, weights, {"max_priority": 1.0})
         node = _BenchInference(server, weights, config.inference.call_timeout_seconds)
-        from launch.ray_launch import free_ports
+        from launch.ray_host import free_ports
 
         (port,) = free_ports(1)
         # The pool as launch/program.py sizes the inference node's.
@@ -292,13 +293,13 @@ def _paper_main(nets: list[str], sizes: list[int], repeats: int, conn: Any) -> N
     """Forward time (wall, CPU) per batch size; sends {net: [{batch, wall_ms, cpu_ms}]}."""
     _child_setup()
     try:
-        from apex.agents.policy import ActingPolicy, make_network
+        from apex.agents import make_network, make_policy
 
         out: dict[str, list[dict]] = {}
         rng = np.random.default_rng(0)
         for net in nets:
             config, spec = _load_config(net, 1, max(sizes))
-            policy = ActingPolicy(config, spec)
+            policy = make_policy(config, spec)
             policy.set_weights(make_network(config, spec).get_weights())
             rows = []
             for b in sizes:

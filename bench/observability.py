@@ -33,11 +33,9 @@ def inspect_bench(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import reverb
 
-    from apex.checkpointing import directory_bytes
-    from apex.config import ApexConfig
-    from apex.envs import env_spec
-    from apex.replay import inspect
-    from apex.replay.tables import TRANSITIONS_TABLE, make_tables
+    from apex import ApexConfig, checkpointing, env_spec
+    from apex.agents import TRANSITIONS_TABLE, make_tables
+    from tools import replay_inspect as inspect
 
     c = ApexConfig()
     c.replay.capacity = args.items
@@ -74,7 +72,7 @@ def inspect_bench(args) -> None:
     t = time.time()
     inspect.breakdown(inspect.item_table(path, TRANSITIONS_TABLE))
     lib["breakdown (read, all payloads decoded)"] = time.time() - t
-    ckpt_bytes = directory_bytes(path)
+    ckpt_bytes = checkpointing.directory_bytes(path)
 
     cli = {}
     for name, extra in [

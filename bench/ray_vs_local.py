@@ -239,8 +239,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=150.0)
     args = ap.parse_args()
     print(header("ray_vs_local"), flush=True)
-    from apex.config import load_config_file
-    from launch.ray_launch import SimulatedCluster
+    from apex import load_config_file
+    from launch.ray_connect import SimulatedCluster
 
     config = load_config_file(os.path.join(ROOT, "configs", "apex_cartpole.py"))
     t0 = time.time()

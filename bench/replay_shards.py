@@ -49,7 +49,7 @@ BATCH = 64
 
 
 def _config(num_shards: int):
-    from apex.config import ApexConfig
+    from apex import ApexConfig
 
     c = ApexConfig()
     c.replay.num_shards = num_shards
@@ -63,9 +63,9 @@ def _server(num_shards: int, port_queue, stop) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import reverb
 
-    from apex.envs import env_spec
-    from apex.replay.shards import shard_config
-    from apex.replay.tables import make_tables
+    from apex import env_spec
+    from apex.agents import make_tables
+    from apex.replay import shard_config
 
     c = _config(num_shards)
     server = reverb.Server(make_tables(shard_config(c), env_spec(c.env)))
@@ -79,9 +79,8 @@ def _writer(address: str, actor: int, num_writers: int, stop, counter) -> None:
     import numpy as np
     import reverb
 
-    from apex.agents.dqn.acting import VectorActor
-    from apex.agents.dqn.networks import QNetwork
-    from apex.replay.writer import TransitionWriter
+    from apex.agents import TRANSITIONS_TABLE, QNetwork, VectorActor
+    from apex.replay import TransitionWriter
     from tests.fakes import FakeVariableSource
 
     c = _config(1)
@@ -90,7 +89,7 @@ def _writer(address: str, actor: int, num_writers: int, stop, counter) -> None:
     client = reverb.Client(address)
     source = FakeVariableSource(QNetwork(4, 2, c.learner.hidden_sizes).get_weights(), version=0)
     eps = np.full(c.actor.envs_per_actor, 0.4, np.float32)
-    with TransitionWriter(client, actor, eps) as writer:
+    with TransitionWriter(client, TRANSITIONS_TABLE, actor, eps) as writer:
         a = VectorActor(c, actor, source, writer)
         while not stop.is_set():
             a.step()
@@ -102,10 +101,9 @@ def _sampler(addresses: list[str], num_shards: int, seconds: float, out) -> None
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import threading
 
-    from apex.envs import env_spec
-    from apex.replay.dataset import make_dataset
-    from apex.replay.shards import shard_config
-    from apex.replay.tables import item_signature
+    from apex import env_spec
+    from apex.agents import TRANSITIONS_TABLE, item_signature
+    from apex.replay import make_dataset, shard_config
 
     c = _config(num_shards)
     sig = item_signature(shard_config(c), env_spec(c.env))
@@ -113,7 +111,7 @@ def _sampler(addresses: list[str], num_shards: int, seconds: float, out) -> None
     deadline = time.time() + seconds
 
     def drain(i: int, address: str) -> None:
-        it = iter(make_dataset(address, sig, BATCH))
+        it = iter(make_dataset(address, sig, BATCH, table=TRANSITIONS_TABLE))
         while time.time() < deadline:
             next(it)
             counts[i] += BATCH

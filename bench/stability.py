@@ -20,7 +20,7 @@ import statistics
 
 from common import fmt, header, run_program, save_results
 
-from apex.metrics import read_jsonl
+from apex import read_jsonl
 
 GOAL = 0.90
 

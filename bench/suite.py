@@ -97,9 +97,8 @@ def _fill_server(n: int, out_queue, ready, go, config_file=None, overrides=None)
     import psutil
     import reverb
 
-    from apex.config import ApexConfig, load_config_file
-    from apex.envs import env_spec
-    from apex.replay.tables import make_tables
+    from apex import ApexConfig, env_spec, load_config_file
+    from apex.agents import make_tables
 
     c = load_config_file(config_file) if config_file else ApexConfig()
     for path, value in (overrides or {}).items():
@@ -127,11 +126,9 @@ def replay_bytes(args) -> dict:
     sys.path.insert(0, ROOT)
     from components import _Weights
 
-    from apex.agents.dqn.acting import VectorActor
-    from apex.config import ApexConfig
-    from apex.envs import env_spec
-    from apex.replay.tables import TRANSITIONS_TABLE, item_signature, unpack_item
-    from apex.replay.writer import TransitionWriter
+    from apex import ApexConfig, env_spec
+    from apex.agents import TRANSITIONS_TABLE, VectorActor, item_signature
+    from apex.replay import TransitionWriter, unpack_item
 
     n = args.bytes_items
     ctx = mp.get_context("spawn")
@@ -144,7 +141,7 @@ def replay_bytes(args) -> dict:
     client = reverb.Client(f"localhost:{port}")
 
     rss = []
-    with TransitionWriter(client, 0, np.full(16, 0.1, np.float32)) as w:
+    with TransitionWriter(client, TRANSITIONS_TABLE, 0, np.full(16, 0.1, np.float32)) as w:
         actor = VectorActor(c, 0, _Weights(c), w)
         for target in (n // 2, n):  # the slope between half and full: no fixed costs
             while actor.items_written < target:
@@ -188,7 +185,7 @@ def replay_bytes(args) -> dict:
 
 
 def _peak_rss(run_dir: str) -> dict[str, float]:
-    from apex.heartbeat import read_heartbeats
+    from apex import read_heartbeats
 
     kinds: dict[str, float] = {}
     for node, beat in read_heartbeats(run_dir).items():

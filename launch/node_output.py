@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     title, colour, command = argv[1], int(argv[2]), argv[4:]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
-    from apex.output import LineFilter, verbose, write_lines
+    from apex import LineFilter, verbose, write_lines
 
     out = sys.stdout.fileno()
     lines = LineFilter(f"[{title}] ", colour, tty=os.isatty(out), keep_all=verbose())

@@ -21,7 +21,7 @@ shard 1 when shard 0 is colocated, shard 0 otherwise). Actor i gets shard
 i % S; the learner and the coordinator get every shard (a list). With
 replay.port set, shard s listens on replay.port + s.
 
-The nodes themselves are in launch/nodes.py, the stop window in
+The nodes themselves are in launch/nodes/ (one module each), the stop window in
 apex/lifecycle.py, the agent's parts in its builder (apex.agents).
 """
 
@@ -34,14 +34,9 @@ import time
 import launchpad as lp
 import reverb
 
-from apex import checkpointing
-from apex.agents import get_builder
-from apex.agents.layers import check_torso
-from apex.config import ApexConfig, validate
-from apex.envs import prepare_env
-from apex.ports import check_port_free
-from apex.replay.shards import shard_config, shard_name, shard_of_actor
-from apex.replay.tables import make_tables
+from apex import ApexConfig, check_port_free, checkpointing, prepare_env, validate
+from apex.agents import check_torso, get_builder, make_tables
+from apex.replay import shard_config, shard_name, shard_of_actor
 from launch.nodes import (
     ActorNode,
     CoordinatorNode,
@@ -66,7 +61,7 @@ def make_program(
       run_dir: where nodes write metrics, summary.json and checkpoints ('' : nothing written).
       start_time: unix time of the launch; wall_seconds count from it.
       resume: a checkpoint to continue from (checked against `config` by the caller:
-        `launch.train.resume_checkpoint`): learner state, counters and replay.
+        `launch.resume.resume_checkpoint`): learner state, counters and replay.
     """
     validate(config)
     num_shards = int(config.replay.num_shards)

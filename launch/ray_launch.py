@@ -25,40 +25,37 @@ Stops: Ctrl-C/SIGTERM on the launcher, or `lp.stop()` in a node, SIGTERM every
 node process (Launchpad's orderly stop, as local_mp does), SIGKILL what is left
 after the stop window, then kill every NodeHost: no Ray actor of the program
 outlives the launcher (they are owned by this driver, so they die with it too).
+
+The parts: launch.ray_connect (the cluster and the placement plan on it),
+launch.ray_plan (what the program asks of it), launch.ray_host (`NodeHost`),
+and here `RayLauncher`, which runs the program on them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
-import socket
-import sys
-import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from apex import compat
-from apex.config import ApexConfig
-from apex.errors import ConfigError
-from apex.heartbeat import RAY_NODE_ENV
-from apex.lifecycle import STOP_WINDOW
-from apex.placement import (
-    SERVER_LABELS,
-    ClusterNode,
+from apex import (
+    STOP_WINDOW,
+    ApexConfig,
     Demand,
     PlacementError,
-    demands,
-    describe,
-    plan_placement,
+    compat,
+    decide_restart,
+    describe_placement,
+    recorded_failure,
+    write_json_atomic,
 )
-from apex.restart import decide_restart
+from launch.node_env import RESTARTED_ENV
+from launch.ray_connect import RaySession, import_ray
+from launch.ray_host import NodeHost, free_ports
 
-RAY_NAMESPACE = "apex"
 PLACEMENT_FILE = "placement.json"
 # The nodes that may leave a failure record (apex.supervision.record_failure) in
 # the process of each program label (launch.program colocates them).
@@ -71,346 +68,6 @@ _ENV_PREFIXES = ("APEX_", "TF_CPP_", "PYTHONWARNINGS", "PYTHONPATH")
 _PALETTE = (36, 33, 32, 34, 35)
 
 
-class RayUnavailableError(ConfigError):
-    """Ray is missing, or the cluster cannot be reached (a bad --ray_address)."""
-
-
-# ------------------------------------------------------------ the cluster
-@dataclasses.dataclass
-class RaySession:
-    """A connection to a Ray cluster (and the simulated one it started, if any)."""
-
-    address: str
-    nodes: list[ClusterNode]
-    launcher_ip: str
-    free_cpus: float
-    launcher_node: str = ""  # the Ray node this driver is attached to
-    simulated: Any = None
-
-    def shutdown(self) -> None:
-        import ray
-
-        ray.shutdown()
-        if self.simulated is not None:
-            self.simulated.shutdown()
-            self.simulated = None
-
-
-def _import_ray():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no phone-home prompt or upload
-    try:
-        import ray
-    except ImportError as err:
-        raise RayUnavailableError(
-            "--launcher",
-            "ray",
-            f"Ray installed in this environment ({err}); ./scripts/setup.sh installs it "
-            "(the 'ray' extra: pip install -e '.[ray]')",
-        ) from None
-    return ray
-
-
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise RayUnavailableError(
-            "--ray_address", address, "'auto' or HOST:PORT of a Ray cluster's head (GCS)"
-        )
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as err:
-        raise RayUnavailableError(
-            "--ray_address",
-            address,
-            f"the address of a running Ray head; nothing answers there "
-            f"({err.strerror or err}). Start one with `ray start --head` (README, "
-            "'Running on a cluster') or try --ray_simulate_nodes=3",
-        ) from None
-
-
-class SimulatedCluster:
-    """`python -m launch.ray_cluster` (Ray's multi-node simulation on this machine)
-    in a session of its own: a Ctrl-C in the terminal reaches the launcher, which
-    stops the program in order, and not the raylets under it. It shuts itself
-    down when this process exits, however that happens."""
-
-    def __init__(self, num_nodes: int, head_cpus: int, worker_cpus: int, timeout: float = 120.0):
-        import subprocess
-
-        from launch.ray_cluster import ADDRESS_PREFIX
-
-        self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "launch.ray_cluster",
-                f"--nodes={num_nodes}",
-                f"--head_cpus={head_cpus}",
-                f"--worker_cpus={worker_cpus}",
-                f"--parent_pid={os.getpid()}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        found: list[str] = []
-        reader = threading.Thread(
-            target=lambda: found.extend(
-                line.strip() for line in self._proc.stdout if line.startswith(ADDRESS_PREFIX)
-            ),
-            daemon=True,
-        )
-        reader.start()
-        deadline = time.time() + timeout
-        while not found and self._proc.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-        if not found:
-            self.shutdown()
-            err = (self._proc.stderr.read() if self._proc.stderr else "")[-2000:]
-            raise RayUnavailableError(
-                "--ray_simulate_nodes", num_nodes, f"a simulated cluster that starts ({err})"
-            )
-        self.address = found[0][len(ADDRESS_PREFIX) :]
-
-    def shutdown(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=60)
-            except Exception:  # noqa: BLE001 - it did not stop: kill it
-                self._proc.kill()
-
-
-def cluster_nodes(ray: Any) -> list[ClusterNode]:
-    """The alive nodes of the connected cluster, as apex.placement reads them."""
-    out = []
-    for n in ray.nodes():
-        if not n.get("Alive"):
-            continue
-        res = dict(n.get("Resources", {}))
-        custom = tuple(
-            sorted(
-                (k, float(v))
-                for k, v in res.items()
-                if k not in ("CPU", "GPU", "memory", "object_store_memory")
-                and not k.startswith("node:")
-                and not k.startswith("accelerator_type")
-            )
-        )
-        out.append(
-            ClusterNode(
-                node_id=n["NodeID"],
-                ip=n["NodeManagerAddress"],
-                cpus=float(res.get("CPU", 0.0)),
-                gpus=float(res.get("GPU", 0.0)),
-                resources=custom,
-                is_head="node:__internal_head__" in res,
-            )
-        )
-    return out
-
-
-def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession:
-    """Connects to the cluster at `address` ('auto', HOST:PORT), or starts a
-    simulated one of `simulate_nodes` nodes on this machine (address ignored)."""
-    ray = _import_ray()
-    simulated = None
-    if simulate_nodes:
-        if simulate_nodes < 2:
-            raise RayUnavailableError(
-                "--ray_simulate_nodes", simulate_nodes, "an integer >= 2 (a head and workers)"
-            )
-        wanted = program_demands(config)
-        servers = sum(d.cpus for d in wanted if d.label in SERVER_LABELS and not d.is_shard)
-        actors = sum(d.cpus for d in wanted if d.label == "actor" or d.is_shard)
-        # Ray's node CPU counts are whole numbers.
-        simulated = SimulatedCluster(
-            simulate_nodes,
-            max(math.ceil(servers), 1),
-            max(math.ceil(actors / (simulate_nodes - 1)), 1),
-        )
-        address = simulated.address
-    elif address != "auto":
-        _check_reachable(address)
-    import logging
-
-    try:
-        ray.init(
-            address=address,
-            namespace=RAY_NAMESPACE,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-            include_dashboard=False,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        if simulated is not None:
-            simulated.shutdown()
-        if address == "auto":
-            why = (
-                "a Ray cluster started on this host; none is running here (start one with "
-                "`.venv/bin/ray start --head`, pass --ray_address=HOST:PORT of a remote head, "
-                "or try --ray_simulate_nodes=3)"
-            )
-        else:
-            why = f"a running Ray cluster ({str(err).splitlines()[0]})"
-        raise RayUnavailableError("--ray_address", address, why) from None
-    nodes = cluster_nodes(ray)
-    free = float(ray.available_resources().get("CPU", 0.0))
-    return RaySession(
-        address=address,
-        nodes=nodes,
-        launcher_ip=ray.util.get_node_ip_address(),
-        free_cpus=free,
-        launcher_node=ray.get_runtime_context().get_node_id(),
-        simulated=simulated,
-    )
-
-
-def program_shape(config: ApexConfig) -> list[tuple[str, int]]:
-    """The program's node groups as launch.program builds them: [(label, count)]."""
-    groups = [("learner", 1)]
-    shards = int(config.replay.num_shards)
-    if not config.replay.colocate_with_learner:
-        groups.insert(0, ("replay", shards))
-    elif shards > 1:  # shard 0 is in the learner's process; the others are nodes
-        groups.append(("replay", shards - 1))
-    groups.append(("coordinator", 1))
-    if config.model_store.enabled:
-        groups.append(("model_store", 1))
-    groups.append(("actor", config.actor.num_actors))
-    return groups
-
-
-def program_demands(config: ApexConfig) -> list[Demand]:
-    """What each node of `config`'s program asks of the cluster (apex.placement.demands)."""
-    first = 1 if config.replay.colocate_with_learner else 0
-    return demands(config.cluster, program_shape(config), config.replay.num_shards, first)
-
-
-def plan(config: ApexConfig, session: RaySession) -> tuple[dict[str, str], list[Demand]]:
-    """Placement of `config`'s program on the session's cluster (PlacementError if
-    it does not fit: raised before anything starts)."""
-    wanted = program_demands(config)
-    placement = plan_placement(session.nodes, wanted, session.launcher_ip, session.free_cpus)
-    return placement, wanted
-
-
-# ------------------------------------------------------------ node hosts
-class NodeHost:
-    """A Ray actor that runs one program node as a process of its own on its
-    Ray node and hands its output (whole, filtered lines) to the launcher."""
-
-    def __init__(self, title: str, colour: int, tty: bool, keep_all: bool):
-        from apex.output import LineFilter
-
-        self.title = title
-        self._filter = LineFilter(f"[{title}] ", colour, tty=tty, keep_all=keep_all)
-        self._lines: deque[bytes] = deque(maxlen=20_000)
-        self._lock = threading.Lock()
-        self._proc: Any = None
-        self._reader: threading.Thread | None = None
-        self._dir = tempfile.mkdtemp(prefix="apex-node-")
-
-    def __repr__(self) -> str:  # Ray names the actor's log lines by it
-        return self.title
-
-    def info(self, num_ports: int) -> dict[str, Any]:
-        """Where this host is, and `num_ports` free ports on it."""
-        import ray
-
-        return {
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "ip": ray.util.get_node_ip_address(),
-            "pid": os.getpid(),
-            "ports": free_ports(num_ports),
-        }
-
-    def start(self, payload: bytes, argv_tail: list[str], env: dict[str, str]) -> int:
-        """Starts the node process; returns its pid."""
-        import subprocess
-
-        import ray
-
-        from launch.nodes import LAUNCHER_PID_ENV
-
-        path = os.path.join(self._dir, "job.pkl")
-        with open(path, "wb") as f:
-            f.write(payload)
-        full_env = dict(os.environ)
-        full_env.update(env)
-        full_env.update(
-            {
-                LAUNCHER_PID_ENV: str(os.getpid()),  # the node stops itself if this host dies
-                RAY_NODE_ENV: ray.get_runtime_context().get_node_id(),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        # The node writes to a file, not a pipe to this host: if this host dies
-        # first, the node's writes still succeed while it stops itself in order
-        # (a broken pipe would raise in whichever of its threads printed).
-        self.log_path = os.path.join(self._dir, "output.log")
-        with open(self.log_path, "wb") as log:
-            self._proc = subprocess.Popen(
-                [sys.executable, *argv_tail, path],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-            )
-        self._reader = threading.Thread(target=self._read, name="node-output", daemon=True)
-        self._reader.start()
-        return self._proc.pid
-
-    def _read(self) -> None:
-        """Follows the node's output file until the node has exited and all of it
-        is read."""
-        with open(self.log_path, "rb") as f:
-            while True:
-                data = f.read(65536)
-                if data:
-                    batch = self._filter.feed(data)
-                    with self._lock:
-                        self._lines.extend(batch)
-                    continue
-                if self._proc.poll() is not None:
-                    data = f.read()
-                    if not data:
-                        break
-                    continue
-                time.sleep(0.1)  # tailing a file: nothing new yet
-        with self._lock:
-            self._lines.extend(self._filter.flush())
-
-    def cleanup(self) -> None:
-        """Removes this host's files (the node's job and output) once it has exited."""
-        import shutil
-
-        if self._proc is None or self._proc.poll() is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-
-    def tick(self) -> tuple[list[bytes], int | None]:
-        """(output lines since the last tick, the exit code once the node has
-        exited and its output is all read; None while it runs)."""
-        code = None if self._proc is None else self._proc.poll()
-        if code is not None and self._reader is not None:
-            self._reader.join(timeout=2.0)
-        with self._lock:
-            lines = list(self._lines)
-            self._lines.clear()
-        return lines, code
-
-    def signal(self, signum: int) -> bool:
-        """Sends `signum` to the node process; False if it has exited."""
-        if self._proc is None or self._proc.poll() is not None:
-            return False
-        self._proc.send_signal(signum)
-        return True
-
-
-# ----------------------------------------------------------- the launcher
 class _Control:
     """What `lp.stop()` in a node reaches (RPC on the launcher's control server)."""
 
@@ -431,7 +88,7 @@ class StopViaLauncher:
 
     def __call__(self, mark_as_completed: bool = False) -> None:
         del mark_as_completed
-        import courier
+        import courier  # deferred: Launchpad's gRPC client, needed only in the node
 
         courier.Client(self.address, call_timeout=10).stop_program()
 
@@ -476,7 +133,7 @@ class RayLauncher:
         tty: bool = False,
         keep_all: bool = False,
     ):
-        self._ray = _import_ray()
+        self._ray = import_ray()
         self._config = config
         self._session = session
         self._placement = placement
@@ -505,6 +162,7 @@ class RayLauncher:
 
     # -------------------------------------------------------------- start
     def _new_host(self, slot: _Slot, node_id: str | None) -> Any:
+        # Deferred: Ray is optional (the 'ray' extra); self._ray is imported by now.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         d = slot.demand
@@ -545,8 +203,6 @@ class RayLauncher:
         payload, argv_tail = compat.node_entry(slot.node)
         env = dict(self._env)
         if restarted:
-            from launch.nodes import RESTARTED_ENV
-
             env[RESTARTED_ENV] = "1"
         self._ray.get(slot.host.start.remote(payload, argv_tail, env), timeout=60)
         slot.started = time.time()
@@ -570,8 +226,6 @@ class RayLauncher:
         run_dir = self._config.run_dir
         if not run_dir:
             return
-        from apex.jsonio import write_json_atomic
-
         write_json_atomic(
             os.path.join(run_dir, PLACEMENT_FILE),
             {
@@ -592,7 +246,7 @@ class RayLauncher:
 
     def placement_text(self) -> str:
         hosts = {s.demand.name: s.info.get("node_id", "?") for s in self._slots}
-        return describe(hosts, self._session.nodes)
+        return describe_placement(hosts, self._session.nodes)
 
     # -------------------------------------------------------------- run
     def request_stop(self) -> None:
@@ -641,8 +295,6 @@ class RayLauncher:
     def _exit_reason(self, slot: _Slot, code: int) -> str:
         """'<node> exited with code N', with the exception a node of its process
         recorded (RUN_DIR/failures, on this host) when there is one."""
-        from apex.supervision import recorded_failure
-
         reason = f"{slot.title} exited with code {code}"
         names = _RECORDING_NODES.get(slot.demand.label)
         if self._config.run_dir and names:
@@ -712,7 +364,7 @@ class RayLauncher:
         if self._coordinator_address is None:
             return
         try:
-            import courier
+            import courier  # deferred: Launchpad's gRPC client, needed only here
 
             courier.Client(self._coordinator_address, call_timeout=5).forget_node(name)
         except Exception:  # noqa: BLE001 - the coordinator judges by its own beats then
@@ -773,17 +425,3 @@ class RayLauncher:
         if self._control is not None:
             self._control.Stop()
             self._control = None
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on this host now (all held open while picked)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("", 0))
-            sockets.append(s)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()

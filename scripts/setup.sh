@@ -58,4 +58,4 @@ pip_quiet() {
 pip_quiet install --quiet --upgrade "pip>=24"
 pip_quiet install --quiet -c requirements-py310.lock.txt -e '.[dev,atari,ray,box2d]'
 stamp_of > .venv/.apex-stamp
-echo "apex setup: done ($(.venv/bin/python -m pip --version | cut -d' ' -f1-2))"
+echo "apex setup: done in ${SECONDS} s ($(.venv/bin/python -m pip --version | cut -d' ' -f1-2)); the run's clock starts after this"

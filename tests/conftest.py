@@ -65,8 +65,8 @@ def reverb_server(small_config):
     """An in-process Reverb server with the transitions table of small_config."""
     import reverb
 
+    from apex.agents import make_tables
     from apex.envs import env_spec
-    from apex.replay.tables import make_tables
 
     server = reverb.Server(make_tables(small_config, env_spec(small_config.env)))
     yield server

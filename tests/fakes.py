@@ -71,6 +71,9 @@ class RecordingWriter:
         self.batches: list[tuple[dict[str, np.ndarray], np.ndarray]] = []
         self.items_written = 0
         self.seconds_writing = 0.0
+        self.can_store_frames = False  # takes whole items only
+        self.frames_written = 0
+        self.frame_bytes = 0
 
     def write(self, batch: dict[str, np.ndarray], priorities: Any) -> None:
         priorities = np.asarray(priorities)

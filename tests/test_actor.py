@@ -30,7 +30,9 @@ def test_actor_writes_nstep_items_with_actor_td_priorities_and_provenance(small_
     )
     for batch, prios in writer.batches:
         np.testing.assert_allclose(
-            prios, np.abs(batch["td"]) + small_config.replay.priority_epsilon, rtol=1e-5
+            prios,
+            np.abs(actor.priority_td(batch)) + small_config.replay.priority_epsilon,
+            rtol=1e-5,
         )
         assert set(batch["slot"].tolist()) <= set(range(small_config.actor.envs_per_actor))
         allowed = np.array([0.0, 0.99, 0.99**2, 0.99**3])
@@ -53,7 +55,7 @@ def test_actor_td_matches_its_own_q_values(small_config):
     q = numpy_q_values(w, batch["obs"])
     q_next = numpy_q_values(w, batch["next_obs"]).max(axis=1)
     expected = batch["reward"] + batch["discount"] * q_next - q[np.arange(len(q)), batch["action"]]
-    np.testing.assert_allclose(batch["td"], expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(actor.priority_td(batch), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_actor_keeps_acting_while_a_parameter_pull_is_pending_and_tags_items_with_versions(
@@ -103,3 +105,36 @@ def test_actor_uses_its_slice_of_the_epsilon_ladder(small_config):
         small_config, 1, versioned_source(small_config.learner.hidden_sizes), RecordingWriter()
     )
     np.testing.assert_array_equal(actor.epsilons, slot_epsilons(1, 4, 3, 0.4, 7.0))
+
+
+def test_heartbeat_says_inserting_while_the_actor_writes_and_acting_after(small_config):
+    """The doctor's view of an actor (apex.heartbeat.Heartbeat.follow): a beat taken
+    during an insert says INSERTING since the insert began; after it, ACTING since it ended."""
+    from apex import heartbeat as hb
+
+    beat = hb.Heartbeat(None, "actor_0", period=0)  # beats only when asked
+    seen = []
+
+    class BeatingWriter(RecordingWriter):
+        def write(self, batch, priorities):
+            seen.append(beat.beat())  # what a beat sent from the heartbeat thread now says
+            super().write(batch, priorities)
+
+    actor = VectorActor(
+        small_config,
+        0,
+        versioned_source(small_config.learner.hidden_sizes),
+        BeatingWriter(),
+        heartbeat=beat,
+    )
+    beat.enter(hb.ACTING)  # as the actor node does once its actor is made
+    before = beat.beat()
+    assert before["state"] == hb.ACTING and before["state_since"] == beat.since  # no insert yet
+    while not seen:
+        actor.step()
+    assert seen[0]["state"] == hb.INSERTING
+    assert seen[0]["state_since"] <= seen[0]["time"]
+    after = beat.beat()
+    assert after["state"] == hb.ACTING and after["state_since"] >= seen[0]["state_since"]
+    beat.enter(hb.WAITING_PARAMS)  # the node's own states are reported as they are
+    assert beat.beat()["state"] == hb.WAITING_PARAMS

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import reverb
 
-from apex.agents.policy import ActingPolicy, make_network
+from apex.agents import make_network, make_policy, make_tables, table_name
 from apex.config import load_config_file
 from apex.envs import env_spec
 from apex.evaluation import evaluate
 from apex.exploration import slot_epsilons
-from apex.replay.tables import make_tables, table_name, unpack_item
+from apex.replay.tables import unpack_item
 from apex.replay.writer import SequenceWriter, TransitionWriter
 from tests.fakes import FakeVariableSource
 
@@ -52,7 +52,7 @@ def test_actor_items_fit_the_table_and_carry_provenance(name):
         eps = slot_epsilons(1, 2, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha)
         writer_class = SequenceWriter if c.agent == "r2d2" else TransitionWriter
         actor_class = RecurrentActor if c.agent == "r2d2" else VectorActor
-        with writer_class(client, 1, eps, slot_offset=2) as writer:
+        with writer_class(client, table_name(c), 1, eps, slot_offset=2) as writer:
             actor = actor_class(c, 1, source(c, spec), writer)
             while actor.items_written < 4:
                 actor.step()
@@ -78,7 +78,7 @@ def test_evaluation_runs_the_policy_of_each_config(name):
     c = shrunk(name)
     c.env.max_episode_steps = 30 if c.env.preprocessing == "atari" else None
     spec = env_spec(c.env)
-    policy = ActingPolicy(c, spec)
+    policy = make_policy(c, spec)
     policy.set_weights(source(c, spec).weights)
     returns = evaluate(c, policy, episodes=2, epsilon=0.0, seed=0)
     assert returns.shape == (2,) and np.all(np.isfinite(returns))

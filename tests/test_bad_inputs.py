@@ -516,9 +516,8 @@ def _saved_run(run_dir: str, config: ApexConfig) -> str:
     import numpy as np
 
     from apex import checkpointing
-    from apex.agents.policy import make_network
+    from apex.agents import item_signature, make_network
     from apex.envs import env_spec
-    from apex.replay.tables import item_signature
 
     spec = env_spec(config.env)
     shapes = [list(w.shape) for w in make_network(config, spec, seed=0).weights]
@@ -585,7 +584,7 @@ def _resume_case(kind: str, d: str):
 )
 def test_resume_refusals(kind, error, fragment, tmp_path):
     from apex.checkpointing import CheckpointError
-    from launch.train import resume_checkpoint
+    from launch.resume import resume_checkpoint
 
     expected = CheckpointError if error == "CheckpointError" else error
     config, require = _resume_case(kind, str(tmp_path))

@@ -9,8 +9,10 @@ import pytest
 
 from apex.agents import BUILDERS, get_builder
 from apex.agents.dqn.builder import ApexDQNBuilder
-from apex.config import ApexConfig, rate_limit_plan, validate
+from apex.config import ApexConfig
 from apex.errors import ConfigError
+from apex.planning import rate_limit_plan
+from apex.validation import validate
 
 MARK_PRIORITY = 3.25  # every priority MyDQNBuilder's loss returns
 
@@ -66,8 +68,8 @@ def test_a_registered_agent_is_validated_by_its_builder_and_drives_the_planner(m
 
 
 def test_the_item_signature_and_tables_come_from_the_builder(my_dqn):
+    from apex.agents import make_tables, table_name
     from apex.envs import env_spec
-    from apex.replay.tables import make_tables, table_name
 
     assert table_name(my_dqn) == "my_transitions"
     (table,) = make_tables(my_dqn, env_spec(my_dqn.env))

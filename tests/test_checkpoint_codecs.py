@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from apex.errors import CorruptCheckpointError
-from apex.replay import snappy, tfrecord
+from tools.replay_inspect import snappy, tfrecord
 
 BACKENDS = ["crc32c", "python"]
 

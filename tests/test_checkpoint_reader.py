@@ -11,7 +11,7 @@ import reverb
 import tensorflow as tf
 
 from apex.errors import ApexError
-from apex.replay import checkpoint_reader as cr
+from tools.replay_inspect import checkpoint_reader as cr
 
 N = 50  # legacy one-step items in chunks of 16: three full chunks and a partial one
 SIGNATURE = {
@@ -201,7 +201,7 @@ def test_reading_leaves_the_server_untouched(replay):
 
 
 def test_pure_python_fallbacks_decode_and_verify_the_same(replay, monkeypatch):
-    from apex.replay import snappy, tfrecord
+    from tools.replay_inspect import snappy, tfrecord
 
     assert (snappy.BACKEND, tfrecord.BACKEND) == ("cramjam", "crc32c")  # the pinned packages
     native = list(cr.iter_items(replay["path"], "t"))

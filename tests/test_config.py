@@ -6,14 +6,9 @@ import sys
 
 import pytest
 
-from apex.config import (
-    ApexConfig,
-    apply_override,
-    effective_error_buffer,
-    load_config_file,
-    validate,
-)
+from apex.config import ApexConfig, apply_override, effective_error_buffer, load_config_file
 from apex.errors import ConfigError
+from apex.validation import validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -213,7 +208,7 @@ def test_a_taken_replay_port_is_refused_before_launch(tmp_path):
 
 
 def test_env_step_replay_ratio():
-    from apex.config import env_step_replay_ratio
+    from apex.planning import env_step_replay_ratio
 
     c = ApexConfig()
     assert env_step_replay_ratio(c) == 4.0

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from apex import heartbeat as hb
-from apex.coordination import Coordinator
+from apex.coordination import Coordinator, FailureKind, StopReason, StopVerdict
 from apex.metrics import RemoteMetrics, read_jsonl
 
 
@@ -54,7 +54,7 @@ def test_a_late_periodic_beat_does_not_overwrite_the_final_stopped_one(tmp_path)
 
 
 def test_the_coordinator_waits_for_every_final_beat_before_it_closes(small_config, monkeypatch):
-    from apex import coordination
+    from apex.coordination import stop
 
     c = Coordinator(small_config, "", start_time=time.time())
     c.heartbeat(_beat("evaluator", state=hb.IDLE))
@@ -64,7 +64,7 @@ def test_the_coordinator_waits_for_every_final_beat_before_it_closes(small_confi
         polls.append(seconds)
         c.heartbeat(_beat("evaluator", state=hb.STOPPED, t=1001.0))
 
-    monkeypatch.setattr(coordination.time, "sleep", poll)
+    monkeypatch.setattr(stop.time, "sleep", poll)
     c._await_final_beats(timeout=60.0)
     assert len(polls) == 1 and c.heartbeats.beats()["evaluator"]["state"] == hb.STOPPED
 
@@ -83,11 +83,16 @@ def test_the_coordinator_stops_the_program_naming_a_node_that_died(small_config)
     c.heartbeat(_beat("actor_1", pid=pid))
     c.heartbeat(_beat("learner"))
     failure = c.check_nodes()
-    assert failure == (
+    assert (failure.node, failure.kind, failure.pid, failure.then) == (
+        "actor_1",
+        FailureKind.KILLED,
+        pid,
+        (),
+    )
+    assert c.check_stop() == StopVerdict(StopReason.NODE_FAILED, failure)
+    assert c.summary()["failure"] == (  # the text summary.json shows
         f"actor_1 (pid {pid}) exited without stopping (killed, e.g. SIGKILL or out of memory)"
     )
-    assert c.check_stop() == "node failed"
-    assert c.summary()["failure"] == failure
 
 
 def test_a_silent_remote_node_is_named_with_its_host(small_config):
@@ -95,7 +100,14 @@ def test_a_silent_remote_node_is_named_with_its_host(small_config):
     c.heartbeat(_beat("actor_0", host="far"))
     received = c.heartbeats.beats()["actor_0"]["received"]
     failure = c.check_nodes(now=received + 6.0)
-    assert failure.startswith("actor_0 on far (pid ") and "no heartbeat for 5 s" in failure
+    assert (failure.node, failure.kind, failure.host, failure.silent_after) == (
+        "actor_0",
+        FailureKind.SILENT,
+        "far",
+        5.0,
+    )
+    text = c.summary()["failure"]
+    assert text.startswith("actor_0 on far (pid ") and "no heartbeat for 5 s" in text
 
 
 def test_beats_reach_the_coordinator_and_its_files_and_the_last_one_says_stopped(
@@ -142,7 +154,7 @@ def test_the_progress_line_never_shows_fewer_env_steps_than_replay_items(small_c
     # 16,512 | replay 20,000/20,000" on the first progress line.
     c = Coordinator(small_config, "", start_time=time.time())
     c.report_actor(0, 16_512, 10, [])
-    c._replay_info = {"size": 20_000, "capacity": 20_000, "inserts": 20_000}
+    c.replay.info = {"size": 20_000, "capacity": 20_000, "inserts": 20_000}
     line = c.progress_line({})
     assert "env_steps 20,000 " in line and "replay 20,000/20,000" in line
     c.report_actor(0, 25_000, 12, [])  # a fresher report wins again
@@ -152,9 +164,9 @@ def test_the_progress_line_never_shows_fewer_env_steps_than_replay_items(small_c
 @pytest.mark.parametrize(
     "field,value,reason",
     [
-        ("max_actor_steps", 100, "max_actor_steps"),
-        ("max_learner_steps", 10, "max_learner_steps"),
-        ("max_wall_seconds", 50.0, "max_wall_seconds"),
+        ("max_actor_steps", 100, StopReason.MAX_ACTOR_STEPS),
+        ("max_learner_steps", 10, StopReason.MAX_LEARNER_STEPS),
+        ("max_wall_seconds", 50.0, StopReason.MAX_WALL_SECONDS),
     ],
 )
 def test_each_stop_criterion_is_decided_when_reached_and_not_before(
@@ -174,7 +186,8 @@ def test_each_stop_criterion_is_decided_when_reached_and_not_before(
     if field == "max_wall_seconds":
         assert c.check_stop() is None  # 100 env steps and 10 learner steps stop nothing here
         c = Coordinator(config, "", start_time=time.time() - 50.0)
-    assert c.check_stop() == reason
+    assert c.check_stop() == StopVerdict(reason)
+    assert str(c.check_stop()) == field  # summary.json's stop_reason
 
 
 def test_a_stop_between_two_state_writes_leaves_state_json_at_the_final_counts(
@@ -187,7 +200,7 @@ def test_a_stop_between_two_state_writes_leaves_state_json_at_the_final_counts(
     c.final_checkpoint_timeout = 0
     c.report_actor(0, 500, 3, [])
     c.report_learner(300, time.time(), {})
-    c.stop("max_learner_steps")
+    c.stop(StopVerdict(StopReason.MAX_LEARNER_STEPS))
     with open(os.path.join(run_dir, "state.json")) as f:
         state = json.load(f)
     with open(os.path.join(run_dir, "summary.json")) as f:

@@ -12,10 +12,10 @@ import pytest
 import reverb
 
 from apex import heartbeat as hb
+from apex.agents import TRANSITIONS_TABLE, make_tables
 from apex.doctor import diagnose
 from apex.envs import env_spec
-from apex.replay.inspect import table_stats
-from apex.replay.tables import TRANSITIONS_TABLE, make_tables
+from apex.replay.stats import table_stats
 from apex.replay.writer import TransitionWriter
 from tests.procs import wait_until
 from tools.status import format_status, status
@@ -49,7 +49,7 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
     with open(os.path.join(run_dir, "replay_address"), "w") as f:
         f.write(f"localhost:{server.port}\n")
     beat = hb.Heartbeat(run_dir, "actor_0", period=0.2, counters=lambda: {"env_steps": 1})
-    writer = TransitionWriter(client, 0, np.array([0.4]))
+    writer = TransitionWriter(client, TRANSITIONS_TABLE, 0, np.array([0.4]))
     done = threading.Event()
 
     def act():
@@ -102,7 +102,7 @@ def test_actor_blocked_on_insert_is_named_with_the_rate_limiter_numbers(small_co
         drain.set()
         # The sampler may be held by the rate limiter in its last call: inserts
         # release it (a sample has no timeout), so the test leaves no thread behind.
-        with TransitionWriter(client, 0, np.array([0.4])) as more:
+        with TransitionWriter(client, TRANSITIONS_TABLE, 0, np.array([0.4])) as more:
             wait_until(
                 lambda: more.write(transitions(10), np.ones(10)) or not sampler.is_alive(),
                 60,

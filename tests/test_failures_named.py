@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from apex import heartbeat as hb
-from apex.coordination import Coordinator
+from apex.coordination import Coordinator, FailureKind, StopReason, StopVerdict
 from apex.metrics import MetricsWriter, read_jsonl
 from apex.supervision import (
     NodeMonitor,
@@ -87,10 +87,12 @@ def test_the_coordinator_names_a_dead_nodes_recorded_exception(tmp_path, small_c
     c = Coordinator(small_config, run_dir, start_time=time.time())
     c.heartbeat(_beat("learner", pid))
     failure = c.check_nodes()
-    assert failure == (
+    assert (failure.node, failure.kind, failure.pid) == ("learner", FailureKind.DIED, pid)
+    assert failure.cause == "ValueError: learner broke: shapes (3,) and (4,) differ"
+    assert c.check_stop() == StopVerdict(StopReason.NODE_FAILED, failure)
+    assert c.summary()["failure"] == (  # the text summary.json shows
         f"learner (pid {pid}) died of ValueError: learner broke: shapes (3,) and (4,) differ"
     )
-    assert c.check_stop() == "node failed" and c.summary()["failure"] == failure
 
 
 def test_the_launcher_names_a_coordinator_that_died_in_its_constructor(tmp_path):
@@ -102,6 +104,13 @@ def test_the_launcher_names_a_coordinator_that_died_in_its_constructor(tmp_path)
     monitor = NodeMonitor(run_dir, deaths.append, stopping=lambda: False, period=0.05).start()
     wait_until(lambda: deaths, 60, "the monitor to report the coordinator's death")
     assert deaths == [monitor.failure]
+    verdict = monitor.verdict
+    assert (verdict.node, verdict.kind, verdict.pid, verdict.then) == (
+        "coordinator",
+        FailureKind.DIED,
+        pid,
+        (),
+    )
     assert monitor.failure == (
         f"coordinator (pid {pid}) died of ValueError: coordinator broke: shapes (3,) and (4,) "
         "differ"
@@ -115,16 +124,14 @@ def test_a_stopped_beat_with_a_live_pid_is_not_a_death(tmp_path):
     assert dead_nodes(run_dir) == []
 
 
-def test_the_launcher_writes_a_summary_naming_a_recorded_failure_when_none_exists(
-    tmp_path, monkeypatch
-):
-    from launch import train
+def test_the_launcher_writes_a_summary_naming_a_recorded_failure_when_none_exists(tmp_path):
+    from launch.summary import finalize_summary
 
     run_dir = str(tmp_path)
-    monkeypatch.setattr(train, "_LAUNCH_TIME", time.time() - 1)
-    assert train._finalize_summary(run_dir, "stopped") is None  # nothing happened
+    since = time.time() - 1  # the launcher's start
+    assert finalize_summary(run_dir, "stopped", since=since) is None  # nothing happened
     pid = _die_after_recording(run_dir, "coordinator")
-    summary = train._finalize_summary(run_dir, "stopped")
+    summary = finalize_summary(run_dir, "stopped", since=since)
     assert summary["stop_reason"] == "node failed"
     assert summary["failure"] == (
         f"coordinator (pid {pid}) died of ValueError: coordinator broke: shapes (3,) and (4,) "
@@ -138,7 +145,14 @@ def test_a_failure_reported_as_the_program_is_stopped_from_outside_still_counts(
     c = Coordinator(small_config, "", start_time=time.time())
     c.report_failure("learner", "ValueError: boom")
     c.run(lambda: True)  # e.g. local_mt's launcher stopped everything on the same error
-    assert c.stop_reason == "node failed"
+    assert c.verdict.reason is StopReason.NODE_FAILED
+    failure = c.verdict.failure
+    assert (failure.node, failure.kind, failure.cause) == (
+        "learner",
+        FailureKind.REPORTED,
+        "ValueError: boom",
+    )
+    assert c.summary()["stop_reason"] == "node failed"
     assert c.summary()["failure"] == "learner: ValueError: boom"
 
 
@@ -176,7 +190,7 @@ def test_an_evaluation_row_carries_its_parameters_steps_and_the_summary_agrees(
     s = c.summary()
     assert s["best_eval_at_env_steps"] == 1234 and s["best_eval_version"] == 7
 
-    c.stop("max_wall_seconds")  # the stop is decided: summary.json is final
+    c.stop(StopVerdict(StopReason.MAX_WALL_SECONDS))  # the stop is decided: summary.json is final
     assert evaluator.evaluate_once() is None  # an evaluation finished after it: refused
     metrics.close()
     rows = read_jsonl(os.path.join(run_dir, "metrics", "evaluator.jsonl"))
@@ -207,7 +221,7 @@ def test_a_refused_evaluation_offers_no_best(small_config):
     evaluator = Evaluator(
         small_config, FakeVariableSource(_weights(small_config), version=1), c, best_sink=sink
     )
-    c.stop("max_wall_seconds")
+    c.stop(StopVerdict(StopReason.MAX_WALL_SECONDS))
     assert evaluator.evaluate_once() is None and sink.offers == []
 
 
@@ -249,13 +263,13 @@ def endless_config(small_config):
 
 def test_an_evaluation_episode_without_a_time_limit_is_cut_at_the_cap(endless_config, monkeypatch):
     from apex import evaluation
-    from apex.agents.policy import ActingPolicy
+    from apex.agents import make_policy
     from apex.envs import env_spec, make_env
 
     env = make_env(endless_config.env)
     assert env.spec.max_episode_steps is None  # the env's own limit: none
     env.close()
-    policy = ActingPolicy(endless_config, env_spec(endless_config.env))
+    policy = make_policy(endless_config, env_spec(endless_config.env))
     policy.set_weights(_weights(endless_config))
 
     endless_config.evaluation.max_episode_steps = 37
@@ -270,12 +284,12 @@ def test_an_evaluation_episode_without_a_time_limit_is_cut_at_the_cap(endless_co
 def test_an_evaluation_episode_ends_at_the_envs_own_time_limit(small_config):
     import tests.crashing_envs  # noqa: F401 - registers its envs (50-step episodes)
     from apex import evaluation
-    from apex.agents.policy import ActingPolicy
+    from apex.agents import make_policy
     from apex.envs import env_spec
 
     small_config.env.id = "ApexTest/EvalCrash-v0"
     small_config.env.max_episode_steps = None
-    policy = ActingPolicy(small_config, env_spec(small_config.env))
+    policy = make_policy(small_config, env_spec(small_config.env))
     policy.set_weights(_weights(small_config))
     assert evaluation.evaluate(small_config, policy, 1, 0.0, seed=0).tolist() == [50.0]
 

@@ -17,20 +17,14 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from apex.agents import get_builder
-from apex.agents.policy import make_network
+from apex.agents import TRANSITIONS_TABLE, get_builder, item_signature, make_network
 from apex.config import ApexConfig, load_config_file
 from apex.envs import env_spec
-from apex.replay.checkpoint_reader import iter_items
 from apex.replay.dataset import make_dataset
-from apex.replay.tables import (
-    TRANSITIONS_TABLE,
-    item_signature,
-    stores_frames,
-    unpack_item,
-)
+from apex.replay.tables import stores_frames, unpack_item
 from apex.replay.writer import TransitionWriter
 from tests.fakes import FakeVariableSource
+from tools.replay_inspect.checkpoint_reader import iter_items
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTED = "ApexTest/ScriptedFrames-v0"
@@ -132,7 +126,7 @@ def run_layout(
     from apex.agents.dqn.acting import VectorActor
 
     def writer(client, eps):
-        return TransitionWriter(client, 0, eps, chunk_length=chunk_length)
+        return TransitionWriter(client, TRANSITIONS_TABLE, 0, eps, chunk_length=chunk_length)
 
     return run_actor(config, layout, compression, steps, TRANSITIONS_TABLE, writer, VectorActor)
 
@@ -316,7 +310,7 @@ def test_tools_decode_a_frame_item_into_obs_and_next_obs():
 def test_items_png_shows_each_items_obs_and_next_obs_frames(tmp_path):
     from PIL import Image
 
-    from apex.replay import inspect
+    from tools import replay_inspect as inspect
 
     new = run_layout(scripted_config(), "auto", 12)
     items = inspect.select_items(new["checkpoint_path"], TRANSITIONS_TABLE, 3, "oldest")

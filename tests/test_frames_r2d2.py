@@ -18,14 +18,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from apex.agents import SEQUENCES_TABLE, item_signature
 from apex.config import ApexConfig
 from apex.envs import env_spec
-from apex.replay.tables import (
-    SEQUENCES_TABLE,
-    item_signature,
-    sequence_stores_frames,
-    unpack_item,
-)
+from apex.replay.tables import sequence_stores_frames, unpack_item
 from apex.replay.writer import SequenceWriter
 from tests.test_frames import SIZE, ScriptedFrames, manifest_of, run_actor, scripted_config
 from tests.test_frames import assert_same_items as assert_same_frames_items
@@ -72,7 +68,7 @@ def run_layout(
     kwargs = {} if chunk_length is None else {"frame_chunk_length": chunk_length}
 
     def writer(client, eps):
-        return SequenceWriter(client, 0, eps, slot_offset=5, table=SEQUENCES_TABLE, **kwargs)
+        return SequenceWriter(client, SEQUENCES_TABLE, 0, eps, slot_offset=5, **kwargs)
 
     return run_actor(
         config, layout, compression, steps, SEQUENCES_TABLE, writer, RecurrentActor, FIELDS

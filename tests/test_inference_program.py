@@ -50,10 +50,10 @@ def test_central_inference_a_model_store_and_two_shards_learn_cartpole_within_th
 ):
     # One learning run for three roles (CI's time): central inference, the model
     # store and replay shards each learn as well as the default program, together.
-    from apex.replay import checkpoint_reader as cr
     from apex.replay.tables import unpack_item
     from tests.procs import run_train, wait_until_gone
     from tests.replay_checks import assert_cartpole_nstep
+    from tools.replay_inspect import checkpoint_reader as cr
 
     run_dir = str(tmp_path / "run")
     # The budget of the default run's test (tests/test_local_mp.py: CARTPOLE_BUDGET).

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import reverb
 
-from apex.replay import inspect
-from apex.replay.inspect import format_stats, table_stats
+from apex.replay.stats import format_stats, table_stats
+from tools import replay_inspect as inspect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import reverb
 
+from apex.agents import TRANSITIONS_TABLE
 from apex.envs import env_spec
 from apex.learner import Learner
-from apex.replay.tables import TRANSITIONS_TABLE
 from apex.replay.writer import TransitionWriter
 from tests.fakes import FakeVariableSource
 
@@ -19,7 +19,9 @@ def fill(address, config, n):
     learner_like = FakeVariableSource(
         QNetwork(4, 2, config.learner.hidden_sizes, seed=1).get_weights(), version=0
     )
-    with TransitionWriter(client, 0, np.full(config.actor.envs_per_actor, 0.5, np.float32)) as w:
+    with TransitionWriter(
+        client, TRANSITIONS_TABLE, 0, np.full(config.actor.envs_per_actor, 0.5, np.float32)
+    ) as w:
         actor = VectorActor(config, 0, learner_like, w)
         while actor.items_written < n:
             actor.step()

@@ -137,6 +137,45 @@ print("ok")
     ],
 )
 def test_which_command_lines_import_the_flag_defining_modules_first(args, defined):
-    from launch import train
+    import launch.train  # noqa: F401 - defines the flags these command lines name
+    from launch import cli_flags
 
-    assert train._only_defined_flags(args) is defined
+    assert cli_flags.only_defined_flags(args) is defined
+
+
+@pytest.mark.parametrize(
+    "module,flag,text",
+    [
+        ("launch.train", "--help", "--config"),
+        ("launch.train", "--helpshort", "--config"),
+        ("tools.status", "--help", "--json"),
+        ("tools.replay", "--help", "--interval"),
+        ("tools.plot", "--help", "--out"),
+        ("tools.policy", "--help", "export"),
+    ],
+)
+def test_help_of_the_entry_point_and_every_tool_exits_0_with_its_flags(module, flag, text):
+    # absl's help flags exit 1; a user's script (`python -m tools.status --help && ...`)
+    # expects 0. A bad flag still fails (test_bad_inputs, and just below).
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, flag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert text in proc.stdout + proc.stderr
+    assert not (_imported(proc.stderr) & HEAVY)
+
+
+def test_a_bad_flag_of_a_tool_still_exits_non_zero():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.status", "--no_such_flag"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode not in (0, None)
+    assert "no_such_flag" in proc.stderr

@@ -119,7 +119,7 @@ def test_best_params_tie_keeps_the_later_offer():
 
 
 # The keys apex.learner.Learner.get_state writes for its best params (read
-# from apex/learner.py: "best_return_mean" float64, "best_version" int64, "best/<i>").
+# from apex/learner/state.py: "best_return_mean" float64, "best_version" int64, "best/<i>").
 LEARNER_BEST_KEYS = {"best_return_mean", "best_version", "best/0", "best/1"}
 
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from apex.agents.dqn.acting import nstep_td  # the TD the accumulator's fields make
 from apex.replay.nstep import NStepAccumulator
 
 GAMMA = 0.9
@@ -67,6 +68,7 @@ def drive(slot_episodes, n, gamma, next_value_of=lambda o: 0.01 * o, q_of=lambda
         )
         if out is None:
             continue
+        td = nstep_td(out)
         for j in range(len(out["reward"])):
             key = int(out["obs"][j][0])
             assert key not in got, f"transition from obs {key} emitted twice"
@@ -75,7 +77,7 @@ def drive(slot_episodes, n, gamma, next_value_of=lambda o: 0.01 * o, q_of=lambda
                 float(out["discount"][j]),
                 int(out["next_obs"][j][0]),
                 int(out["slot"][j]),
-                float(out["td"][j]),
+                float(td[j]),
                 int(out["version"][j]),
             )
     return got
@@ -160,4 +162,4 @@ def test_episode_that_is_both_terminated_and_truncated_does_not_bootstrap():
         np.zeros((1, 1)), [0], [0.0], [0], [1.0], [True], [True], np.ones((1, 1)), [100.0]
     )
     assert out["discount"].tolist() == [0.0]
-    assert out["td"].tolist() == [1.0]
+    assert nstep_td(out).tolist() == [1.0]

@@ -122,11 +122,10 @@ def test_spaces_apex_cannot_take_are_refused_by_name(env_id, entry, words):
 def _through_replay(c: ApexConfig):
     """An actor fills a real Reverb table of `c`; the learner takes 2 SGD steps on
     it. Returns (spec, a sampled item's observations, the learner's losses)."""
-    from apex.agents import get_builder
-    from apex.agents.policy import make_network
+    from apex.agents import get_builder, make_network, make_tables, table_name
     from apex.exploration import slot_epsilons
     from apex.learner import Learner
-    from apex.replay.tables import make_tables, table_name, unpack_item
+    from apex.replay.tables import unpack_item
     from tests.fakes import FakeVariableSource
 
     c.actor.envs_per_actor = 2
@@ -373,7 +372,7 @@ def test_a_small_image_env_trains_with_the_small_conv_preset(tmp_path):
 
 
 def test_fields_this_program_does_not_use_are_named_before_launch():
-    from apex.config import unused_fields
+    from apex.validation import unused_fields
 
     c = ApexConfig()
     assert unused_fields(c) == []  # the defaults say nothing

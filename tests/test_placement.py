@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from apex.config import ApexConfig, validate
+from apex.config import ApexConfig
 from apex.errors import ConfigError
 from apex.placement import ClusterNode, PlacementError, demands, describe, plan_placement
+from apex.validation import validate
 
 HEAD = ClusterNode("head0000aaaa", "10.0.0.1", 4, resources=(("apex_learner", 1.0),), is_head=True)
 W1 = ClusterNode("work1111bbbb", "10.0.0.2", 2, resources=(("apex_actor", 1.0),))
@@ -122,7 +123,7 @@ def test_replay_port_pins_the_port_whatever_host_a_launch_binds():
 
 
 def test_replay_shards_spread_over_hosts_and_actors_sit_next_to_their_shard():
-    from launch.ray_launch import program_demands, program_shape
+    from launch.ray_plan import program_demands, program_shape
 
     c = ApexConfig()
     c.actor.num_actors = 4
@@ -151,7 +152,7 @@ def test_replay_shards_spread_over_hosts_and_actors_sit_next_to_their_shard():
 
 
 def test_the_model_store_sits_with_the_learner_and_central_inference_needs_no_node():
-    from launch.ray_launch import program_demands, program_shape
+    from launch.ray_plan import program_demands, program_shape
 
     c = ApexConfig()
     c.actor.inference = "central"  # in the learner's process: no node of its own

@@ -66,11 +66,11 @@ def run(tmp_path_factory):
     online weights of version 15 (never evaluated) and a checkpoint at 15."""
     import reverb
 
+    from apex.agents import make_tables
     from apex.envs import env_spec
     from apex.evaluation import Evaluator
     from apex.learner import Learner
     from apex.metrics import MetricsWriter
-    from apex.replay.tables import make_tables
     from apex.run_dir import prepare_run_dir
 
     c = _small_config()
@@ -241,7 +241,7 @@ def test_a_checkpoint_without_best_parameters_names_which_latest(run, tmp_path, 
 
 @pytest.mark.parametrize("which", ["best", "latest12"])
 def test_play_reproduces_the_evaluation_recorded_for_that_version(run, exported, which, capsys):
-    from apex.agents.policy import ActingPolicy
+    from apex.agents import make_policy
     from apex.envs import env_spec
     from apex.evaluation import evaluate
 
@@ -255,7 +255,7 @@ def test_play_reproduces_the_evaluation_recorded_for_that_version(run, exported,
     assert np.mean(played) == meta["eval_return"]
     # The evaluator's own function on the exported weights, same seed: the same returns.
     c = run["config"]
-    policy = ActingPolicy(c, env_spec(c.env))
+    policy = make_policy(c, env_spec(c.env))
     policy.set_weights(_npz(folder))
     assert played == evaluate(c, policy, 3, 0.0, seed=seed).tolist()
     # Another seed, given: the evaluator's returns for that seed.
@@ -358,7 +358,7 @@ def test_video_goes_through_gymnasium_record_video(exported, tmp_path, capsys, m
 def test_library_act_is_the_argmax_of_the_acting_policy(run, exported):
     import gymnasium as gym
 
-    from apex.agents.policy import ActingPolicy
+    from apex.agents import make_policy
     from apex.envs import env_spec
 
     assert (tp.load(exported["latest"][0]).version, tp.load(exported["latest"][0]).eval_return) == (
@@ -370,7 +370,7 @@ def test_library_act_is_the_argmax_of_the_acting_policy(run, exported):
     assert (policy.version, policy.eval_return) == (7, meta["eval_return"])
     assert policy.env_id == "CartPole-v1"
     c = run["config"]
-    reference = ActingPolicy(c, env_spec(c.env))
+    reference = make_policy(c, env_spec(c.env))
     reference.set_weights(run["weights"][7])
     env, raw_env = policy.make_env(), gym.make("CartPole-v1")
     obs, _ = env.reset(seed=4)
@@ -397,7 +397,7 @@ def test_recurrent_policy_keeps_its_state_and_encodes_raw_observations(tmp_path)
     encoded as the actors' env does, and act carries the LSTM state."""
     import gymnasium as gym
 
-    from apex.agents.policy import ActingPolicy, make_network
+    from apex.agents import make_network, make_policy
     from apex.envs import env_spec
 
     c = _small_config()
@@ -412,7 +412,7 @@ def test_recurrent_policy_keeps_its_state_and_encodes_raw_observations(tmp_path)
     tp.write_policy(folder, c, weights, version=42)
     policy = tp.load(folder)
     assert policy.recurrent and policy.version == 42 and policy.spec.observation_shape == (2,)
-    reference = ActingPolicy(c, spec)
+    reference = make_policy(c, spec)
     reference.set_weights(weights)
     env = gym.make("CartPole-v1")  # the plain env: 4 numbers
     raw, _ = env.reset(seed=1)

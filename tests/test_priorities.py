@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import reverb
 
-from apex.replay.priorities import PriorityUpdater, importance_weights, initial_priorities
+from apex.agents.acting import initial_priorities
+from apex.replay.priorities import PriorityUpdater, importance_weights
 
 
 def test_actor_td_priority_is_absolute_td_plus_epsilon():
@@ -43,6 +44,29 @@ def test_importance_weights_are_uniform_when_beta_is_zero():
     np.testing.assert_allclose(importance_weights(np.array([0.9, 0.1]), 2, beta=0.0), [1.0, 1.0])
 
 
+@pytest.mark.parametrize("table_size", [8, np.array([8.0, 9.0, 10.0])], ids=["scalar", "per_item"])
+def test_importance_weights_agree_in_tensorflow_and_numpy(table_size):
+    """The learner's SGD step computes them traced (xp=tf): the same rule, to the bit."""
+    import tensorflow as tf
+
+    probs = np.array([0.5, 0.25, 0.125])
+    traced = tf.function(lambda p, n: importance_weights(p, n, 0.4, xp=tf))
+    w = traced(tf.constant(probs), tf.constant(table_size, tf.float64)).numpy()
+    np.testing.assert_array_equal(w, importance_weights(probs, table_size, 0.4))
+    assert w.dtype == np.float64
+
+
+def test_priority_updater_counts_a_failed_call_as_sent_not_acked():
+    """sent: keys handed to mutate_priorities calls; acked: those of calls that returned."""
+    server = reverb.Server([reverb.Table.queue("t", 10)])
+    updater = PriorityUpdater(reverb.Client(f"localhost:{server.port}"), merge=1, table="nope")
+    updater.put(np.array([1, 2], np.uint64), np.array([1.0, 2.0]))
+    updater.flush()  # not started: sent on this thread
+    assert (updater.updates_sent, updater.updates_acked, updater.updates_failed) == (2, 0, 2)
+    assert updater.last_error is not None
+    server.stop()
+
+
 def test_priority_updater_changes_priorities_in_reverb():
     server = reverb.Server(
         [
@@ -67,6 +91,6 @@ def test_priority_updater_changes_priorities_in_reverb():
     # With alpha = 1 that item now holds ~1e6 / (1e6 + 9) of the mass.
     sampled = [int(s[0].info.key) for s in client.sample("t", num_samples=200)]
     assert sampled.count(key) >= 190
-    assert updater.updates_sent == 1 and updater.max_priority == 1e6
+    assert updater.updates_sent == updater.updates_acked == 1 and updater.max_priority == 1e6
     updater.close()
     server.stop()

@@ -36,7 +36,7 @@ class ProgramTest(absltest.TestCase):
     def _run(self, agent: str):
         import launchpad as lp
 
-        from apex.replay.tables import item_signature, table_name
+        from apex.agents import item_signature, table_name
         from launch.nodes import LearnerNode
         from launch.program import make_program
         from launch.testing import launch_stepped
@@ -111,6 +111,6 @@ class ProgramTest(absltest.TestCase):
             self.assertEqual(np.asarray(d["obs"]).shape, (length, 2))
         # Sequences that start mid-episode carry a non-zero stored state.
         mid = [d for d in items if int(d["start_step"]) > 0]
-        if mid:
-            self.assertGreater(max(float(np.abs(d["state_h"]).max()) for d in mid), 0.0)
+        self.assertNotEmpty(mid, "no sampled sequence starts mid-episode")
+        self.assertGreater(max(float(np.abs(d["state_h"]).max()) for d in mid), 0.0)
         self.assertTrue(any(int(d["start_step"]) == 0 for d in items))

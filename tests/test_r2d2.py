@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from apex.agents.r2d2 import losses
-from apex.agents.r2d2.learning import sequence_loss
+from apex.agents.r2d2 import acting, losses
+from apex.agents.r2d2.losses import sequence_loss
 from apex.agents.r2d2.networks import RecurrentQNetwork, numpy_recurrent_step
 from apex.config import ApexConfig
 
@@ -15,9 +15,9 @@ from apex.config import ApexConfig
 @pytest.mark.parametrize("eps", [0.0, 1e-3, 1e-2])
 def test_rescaling_round_trips_over_a_wide_range(eps):
     x = np.concatenate([-np.logspace(-6, 6, 200), [0.0], np.logspace(-6, 6, 200)])
-    h = losses.rescale_np(x, eps)
-    np.testing.assert_allclose(losses.unrescale_np(h, eps), x, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(losses.rescale_np(losses.unrescale_np(x, eps), eps), x, rtol=1e-7)
+    h = acting.rescale_np(x, eps)
+    np.testing.assert_allclose(acting.unrescale_np(h, eps), x, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(acting.rescale_np(acting.unrescale_np(x, eps), eps), x, rtol=1e-7)
     # h squashes: |h(x)| < |x| for |x| > 1; TF and numpy agree.
     assert np.all(np.abs(h[np.abs(x) > 1]) < np.abs(x[np.abs(x) > 1]))
     xt = tf.constant(x, tf.float64)
@@ -25,14 +25,14 @@ def test_rescaling_round_trips_over_a_wide_range(eps):
     np.testing.assert_allclose(
         losses.unrescale_tf(tf.constant(h), eps).numpy(), x, rtol=1e-7, atol=1e-9
     )
-    np.testing.assert_allclose(losses.rescale_np(np.array([3.0]), 0.0), [1.0])  # sqrt(4) - 1
+    np.testing.assert_allclose(acting.rescale_np(np.array([3.0]), 0.0), [1.0])  # sqrt(4) - 1
 
 
 def reference_td(q, q_target, action, reward, discount, mask, n, rescale, eps):
     """Per-step loops, written independently of the vectorised forms."""
     b, t_len, _ = q.shape
-    h = (lambda x: losses.rescale_np(x, eps)) if rescale else (lambda x: x)
-    hinv = (lambda x: losses.unrescale_np(x, eps)) if rescale else (lambda x: x)
+    h = (lambda x: acting.rescale_np(x, eps)) if rescale else (lambda x: x)
+    hinv = (lambda x: acting.unrescale_np(x, eps)) if rescale else (lambda x: x)
     td = np.zeros((b, t_len))
     valid = np.zeros((b, t_len))
     for i in range(b):
@@ -79,7 +79,7 @@ def test_sequence_td_matches_plain_loop_and_tf(n, rescale):
     rng = np.random.default_rng(n)
     q, qt, action, reward, discount, mask = random_batch(rng)
     ref_td, ref_valid = reference_td(q, qt, action, reward, discount, mask, n, rescale, 1e-3)
-    td, valid = losses.sequence_td_np(
+    td, valid = acting.sequence_td_np(
         q, action, reward, discount, mask, n, rescale, 1e-3, q_target=qt
     )
     np.testing.assert_array_equal(valid, ref_valid)
@@ -100,7 +100,7 @@ def test_sequence_td_matches_plain_loop_and_tf(n, rescale):
 def test_eta_priority_formula():
     td = np.array([[1.0, -3.0, 2.0, 100.0], [0.5, 0.5, 0.0, 0.0]])
     weight = np.array([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
-    got = losses.sequence_priorities_np(td, weight, 0.9)
+    got = acting.sequence_priorities_np(td, weight, 0.9)
     np.testing.assert_allclose(got, [0.9 * 3 + 0.1 * 2.0, 0.9 * 0.5 + 0.1 * 0.5])
     got_tf = losses.sequence_priorities_tf(tf.constant(td), tf.constant(weight), 0.9)
     np.testing.assert_allclose(got_tf.numpy(), got)
@@ -108,9 +108,9 @@ def test_eta_priority_formula():
 
 def test_train_mask_burn_in_and_episode_start():
     valid = np.ones((2, 6))
-    got = losses.train_mask_np(valid, np.array([0, 5]), burn_in=2, skip_at_start=True)
+    got = acting.train_mask_np(valid, np.array([0, 5]), burn_in=2, skip_at_start=True)
     np.testing.assert_array_equal(got, [[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
-    got = losses.train_mask_np(valid, np.array([0, 5]), burn_in=2, skip_at_start=False)
+    got = acting.train_mask_np(valid, np.array([0, 5]), burn_in=2, skip_at_start=False)
     np.testing.assert_array_equal(got, [[0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
     tf_got = losses.train_mask_tf(tf.constant(valid, tf.float32), tf.constant([0, 5]), 2, True)
     np.testing.assert_array_equal(tf_got.numpy(), [[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])

@@ -4,8 +4,12 @@ real LSTM states, priorities are the eta mixture of its own TD errors."""
 import numpy as np
 import tensorflow as tf
 
-from apex.agents.r2d2.acting import RecurrentActor
-from apex.agents.r2d2.losses import sequence_priorities_np, sequence_td_np, train_mask_np
+from apex.agents.r2d2.acting import (
+    RecurrentActor,
+    sequence_priorities_np,
+    sequence_td_np,
+    train_mask_np,
+)
 from apex.agents.r2d2.networks import RecurrentQNetwork
 from apex.config import ApexConfig
 from tests.fakes import FakeVariableSource, RecordingWriter

@@ -3,13 +3,9 @@
 import numpy as np
 import reverb
 
+from apex.agents import TRANSITIONS_TABLE
 from apex.replay.dataset import make_dataset
-from apex.replay.tables import (
-    TRANSITIONS_TABLE,
-    transition_signature,
-    unpack_item,
-    unpack_transitions,
-)
+from apex.replay.tables import transition_signature, unpack_item, unpack_transitions
 from apex.replay.writer import TransitionWriter
 from tests.procs import wait_until
 
@@ -31,7 +27,7 @@ def batch_of(n, version=3):
 def test_writer_inserts_one_item_per_transition_with_its_priority_and_provenance(reverb_server):
     client = reverb.Client(f"localhost:{reverb_server.port}")
     eps = np.array([0.4, 0.1, 0.01, 0.001], np.float32)
-    with TransitionWriter(client, actor_id=2, epsilons=eps, slot_offset=8) as w:
+    with TransitionWriter(client, TRANSITIONS_TABLE, actor_id=2, epsilons=eps, slot_offset=8) as w:
         w.write(batch_of(80), np.linspace(1.0, 80.0, 80))  # above min_size (64): sampling allowed
     info = client.server_info()[TRANSITIONS_TABLE]
     assert info.current_size == 80
@@ -62,7 +58,9 @@ def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server,
     from apex.envs import env_spec
 
     client = reverb.Client(f"localhost:{reverb_server.port}")
-    with TransitionWriter(client, actor_id=0, epsilons=np.full(4, 0.1, np.float32)) as w:
+    with TransitionWriter(
+        client, TRANSITIONS_TABLE, actor_id=0, epsilons=np.full(4, 0.1, np.float32)
+    ) as w:
         w.write(
             batch_of(small_config.replay.min_size + 10), np.ones(small_config.replay.min_size + 10)
         )
@@ -77,6 +75,7 @@ def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server,
         batch_size=16,
         num_workers=2,
         prefetch=1,
+        table=TRANSITIONS_TABLE,
         transform=functools.partial(unpack_transitions, xp=tf),
     )
     sample = next(iter(ds))
@@ -95,9 +94,9 @@ def test_writer_held_by_the_rate_limiter_waits_then_returns_at_a_stop():
     close() reports the items it could not deliver."""
     import threading
 
+    from apex.agents import make_tables
     from apex.config import ApexConfig
     from apex.envs import env_spec
-    from apex.replay.tables import make_tables
 
     c = ApexConfig()
     c.replay.min_size = 10
@@ -108,7 +107,12 @@ def test_writer_held_by_the_rate_limiter_waits_then_returns_at_a_stop():
         client = reverb.Client(f"localhost:{server.port}")
         stop = threading.Event()
         w = TransitionWriter(
-            client, 0, np.full(4, 0.1, np.float32), max_in_flight_items=8, should_stop=stop.is_set
+            client,
+            TRANSITIONS_TABLE,
+            0,
+            np.full(4, 0.1, np.float32),
+            max_in_flight_items=8,
+            should_stop=stop.is_set,
         )
 
         def stop_once_held() -> None:  # the limiter has let in all it will

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import reverb
 
+from apex.agents import TRANSITIONS_TABLE, make_tables
 from apex.envs import env_spec
-from apex.replay import inspect
-from apex.replay.tables import TRANSITIONS_TABLE, make_tables
 from apex.replay.writer import TransitionWriter
 from tests.procs import run_tool_lines
+from tools import replay_inspect as inspect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # actor -> (items, epsilon of its only slot, first parameter version)
@@ -36,7 +36,7 @@ def filled(small_config, tmp_path):
     )
     client = reverb.Client(f"localhost:{server.port}")
     for actor, (n, eps, v0) in ACTORS.items():
-        w = TransitionWriter(client, actor, np.array([eps]))
+        w = TransitionWriter(client, TRANSITIONS_TABLE, actor, np.array([eps]))
         batch = {
             "obs": np.tile(np.arange(4, dtype=np.float32), (n, 1)) + actor,
             "action": np.full(n, actor % 2, np.int32),

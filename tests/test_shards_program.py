@@ -21,8 +21,10 @@ import reverb
 
 from apex import checkpointing
 from apex import heartbeat as hb
-from apex.config import ApexConfig, rate_limit_plan, to_dict, validate
+from apex.config import ApexConfig, to_dict
 from apex.errors import CheckpointError, ConfigError
+from apex.planning import rate_limit_plan
+from apex.validation import validate
 from tests.procs import wait_until
 
 
@@ -158,9 +160,9 @@ def test_replay_roots_one_per_shard(tmp_path):
 
 
 def _shard_servers(num_shards: int = 2):
+    from apex.agents import make_tables
     from apex.envs import env_spec
     from apex.replay.shards import shard_config
-    from apex.replay.tables import make_tables
 
     c = _sharded(num_shards)
     c.replay.min_size = 2 * num_shards
@@ -170,10 +172,11 @@ def _shard_servers(num_shards: int = 2):
 
 
 def _insert(client, n: int) -> None:
+    from apex.agents import TRANSITIONS_TABLE
     from apex.replay.writer import TransitionWriter
     from tests.test_doctor import transitions
 
-    with TransitionWriter(client, 0, np.array([0.4])) as writer:
+    with TransitionWriter(client, TRANSITIONS_TABLE, 0, np.array([0.4])) as writer:
         writer.write(transitions(n), np.ones(n))
 
 
@@ -248,7 +251,7 @@ def _beat(node: str, state: str, since: float, pid: int | None = None) -> dict:
 
 def test_doctor_names_the_shard_that_holds_an_actor_and_each_shard_for_the_learner():
     from apex.doctor import diagnose
-    from apex.replay.inspect import table_stats
+    from apex.replay.stats import table_stats
 
     c, servers, clients = _shard_servers(2)
     try:
@@ -272,7 +275,7 @@ def test_doctor_names_the_shard_that_holds_an_actor_and_each_shard_for_the_learn
 
 
 def test_a_dead_shard_is_named_before_the_errors_of_its_clients(tmp_path):
-    from apex.coordination import Coordinator
+    from apex.coordination import Coordinator, FailureKind, StopReason
 
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid that is gone
@@ -280,7 +283,9 @@ def test_a_dead_shard_is_named_before_the_errors_of_its_clients(tmp_path):
     co = Coordinator(c, "", time.time(), replay_client=[object(), object()])  # never polled
     co.heartbeat(_beat("replay_1", hb.IDLE, time.time(), pid=dead.pid))
     co.report_failure("learner", "RuntimeError: Socket closed")
-    assert co.check_stop() == "node failed"
+    verdict = co.check_stop()
+    assert verdict.reason is StopReason.NODE_FAILED
+    assert (verdict.failure.node, verdict.failure.kind) == ("replay_1", FailureKind.KILLED)
     failure = co.summary()["failure"]
     assert failure.startswith(f"replay_1 (pid {dead.pid}) exited without stopping"), failure
 
@@ -289,7 +294,7 @@ def test_a_dead_shard_is_named_before_the_errors_of_its_clients(tmp_path):
 
 
 def _shard_priorities(path: str):
-    from apex.replay.checkpoint_reader import CheckpointReader
+    from tools.replay_inspect.checkpoint_reader import CheckpointReader
 
     reader = CheckpointReader(path)
     try:
@@ -310,8 +315,8 @@ def test_resume_restores_every_shard_and_another_shard_count_is_refused(tmp_path
 
     from launch.nodes import ActorNode, CoordinatorNode, LearnerNode
     from launch.program import make_program
+    from launch.resume import resume_checkpoint
     from launch.testing import find_nodes, launch_stepped
-    from launch.train import resume_checkpoint
     from tests.procs import threads_now, wait_no_threads_left
 
     c = small_config

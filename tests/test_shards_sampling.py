@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 import reverb
 
+from apex.agents import TRANSITIONS_TABLE, make_tables
 from apex.envs import env_spec
 from apex.learner import Learner
-from apex.replay.checkpoint_reader import iter_items
 from apex.replay.priorities import importance_weights
 from apex.replay.shards import shard_config, shard_of_actor
-from apex.replay.tables import TRANSITIONS_TABLE, make_tables, unpack_transitions
+from apex.replay.tables import unpack_transitions
 from apex.replay.writer import TransitionWriter
 from tests.fakes import FakeVariableSource
+from tools.replay_inspect.checkpoint_reader import iter_items
 
 Z = 5.0  # sigmas: every frequency check allows Z standard deviations of its own count
 
@@ -54,7 +55,7 @@ def fill_by_actors(config, addresses: list[str], items_per_actor: int) -> None:
         shard = shard_of_actor(actor_id, len(addresses))
         client = reverb.Client(addresses[shard])
         eps = np.full(config.actor.envs_per_actor, 0.5, np.float32)
-        with TransitionWriter(client, actor_id, eps) as w:
+        with TransitionWriter(client, TRANSITIONS_TABLE, actor_id, eps) as w:
             actor = VectorActor(config, actor_id, FakeVariableSource(weights, version=0), w)
             while actor.items_written < items_per_actor:
                 actor.step()
@@ -73,7 +74,9 @@ def write_items(address: str, priorities: list[float], first_id: int) -> None:
         "slot": np.zeros(n, np.int64),
         "version": np.zeros(n, np.int64),
     }
-    with TransitionWriter(reverb.Client(address), 0, np.zeros(1, np.float32)) as w:
+    with TransitionWriter(
+        reverb.Client(address), TRANSITIONS_TABLE, 0, np.zeros(1, np.float32)
+    ) as w:
         w.write(batch, np.asarray(priorities, np.float64))
 
 

@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import reverb
 
+from apex.agents import TRANSITIONS_TABLE, make_tables
 from apex.config import ApexConfig, to_dict
 from apex.envs import env_spec
 from apex.exploration import slot_epsilons
-from apex.replay import inspect
 from apex.replay.shards import shard_config, shard_name, shard_of_actor
-from apex.replay.tables import TRANSITIONS_TABLE, make_tables
 from apex.replay.writer import TransitionWriter
 from tests.fakes import FakeVariableSource
 from tests.procs import run_tool_lines
+from tools import replay_inspect as inspect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S = 2
@@ -61,7 +61,7 @@ def fill_actor(client: reverb.Client, config: ApexConfig, actor_id: int, n: int)
         config.actor.epsilon_base,
         config.actor.epsilon_alpha,
     )
-    with TransitionWriter(client, actor_id, eps) as w:
+    with TransitionWriter(client, TRANSITIONS_TABLE, actor_id, eps) as w:
         actor = VectorActor(config, actor_id, source, w)
         while actor.items_written < n:
             actor.step()
@@ -406,9 +406,9 @@ def test_replay_content_invariants_hold_per_shard(sharded):
     unique across shards, and every stored n-step value is right (CartPole pays
     1 per step: a transition of k steps carries sum_{j<k} gamma^j and a discount
     of gamma^k, or 0 when its episode terminated)."""
-    from apex.replay import checkpoint_reader as cr
     from apex.replay.tables import unpack_item
     from tests.replay_checks import assert_cartpole_nstep
+    from tools.replay_inspect import checkpoint_reader as cr
 
     c = sharded_config()
     gamma, n = c.replay.discount, c.replay.n_step

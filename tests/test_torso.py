@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from apex.agents import layers
+from apex.agents import layers, make_network, make_policy
 from apex.agents.dqn.networks import QNetwork
-from apex.agents.policy import ActingPolicy, make_network
 from apex.agents.r2d2.networks import RecurrentQNetwork
 from apex.config import ApexConfig
 from apex.envs import EnvSpec
@@ -234,8 +233,8 @@ def test_scale_is_applied_exactly_as_dividing_by_255():
 @pytest.mark.parametrize("agent", ["apex_dqn", "r2d2"])
 def test_acting_policy_runs_a_small_conv_torso(agent):
     c = conv_config("small", agent=agent)
-    policy = ActingPolicy(c, MINATAR)
-    assert policy._num_torso == 4
+    policy = make_policy(c, MINATAR)
+    assert policy._net._num_torso == 4  # its conv copy: 2 convs + 1 dense layer
     net = make_network(c, MINATAR, seed=2)
     policy.set_weights(net.get_weights())
     obs = minatar_batch(3, seed=1).astype(np.uint8)

@@ -16,8 +16,11 @@ os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 
 def run_tool(main: Callable[[list[str]], int]) -> None:
-    """absl.app.run(main); a KeyboardInterrupt exits 130 (128 + SIGINT) quietly."""
+    """absl.app.run(main); a KeyboardInterrupt exits 130 (128 + SIGINT) quietly,
+    --help exits 0 after its text."""
     from absl import app
+
+    from launch.cli_flags import parse_absl_flags
 
     def quiet(argv: list[str]) -> int:
         try:
@@ -26,4 +29,4 @@ def run_tool(main: Callable[[list[str]], int]) -> None:
             print("", file=sys.stderr)
             return 130
 
-    app.run(quiet)
+    app.run(quiet, flags_parser=parse_absl_flags)

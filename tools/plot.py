@@ -22,7 +22,7 @@ _OUT = flags.DEFINE_string("out", None, "Where the PNGs go (default RUN_DIR/plot
 
 
 def _rows(run_dir: str, name: str) -> list[dict[str, Any]]:
-    from apex.metrics import read_jsonl
+    from apex import read_jsonl
 
     path = os.path.join(run_dir, "metrics", f"{name}.jsonl")
     return read_jsonl(path) if os.path.exists(path) else []
@@ -164,8 +164,7 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> dict[str, list[str]]:
             if k.startswith("actor/episode_return_band_")
         }
     )
-    from apex.exploration import band_labels
-    from apex.run_dir import run_setting
+    from apex import band_labels, run_setting
 
     names_of_bands = band_labels(tuple(run_setting(run_dir, "logging.epsilon_bands")))
     for key in band_keys:

@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def export(args: argparse.Namespace) -> int:
-    from apex.trained_policy import export as export_policy
+    from apex import export_policy
 
     meta = export_policy(args.run_dir, args.out, args.which, overwrite=args.force)
     ret = meta["eval_return"]
@@ -129,7 +129,7 @@ def _greedy_episode(
     policy: Any, env: Any, seed: int, cap: int, on_step: Callable[[], None]
 ) -> float:
     """One greedy episode as apex.evaluation.evaluate runs each of its episodes."""
-    from apex.envs import to_observation
+    from apex import to_observation
 
     obs = to_observation(env.reset(seed=seed)[0])
     on_step()
@@ -242,12 +242,12 @@ def _save_gif(frames: list, path: str, fps: float) -> None:
 
 
 def play(args: argparse.Namespace) -> int:
-    from apex.trained_policy import load
+    from apex import load_policy
 
     if args.episodes < 1:
         raise _Usage(f"--episodes={args.episodes}: at least 1")
     _check_recorder(args)
-    policy = load(args.policy_dir)
+    policy = load_policy(args.policy_dir)
     seed = policy.default_seed(args.seed)
     if policy.config.evaluation.epsilon:
         print(
@@ -285,8 +285,7 @@ def main(argv: list[str]) -> int:
             return 0
         print(USAGE, file=sys.stderr)
         return 2
-    from apex.errors import ConfigError
-    from apex.trained_policy import PolicyError
+    from apex import ConfigError, PolicyError
 
     try:
         args = _parser().parse_args(argv[1:])

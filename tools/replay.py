@@ -57,6 +57,11 @@ import time  # noqa: E402
 
 from absl import flags  # noqa: E402
 
+from apex import CheckpointError, checkpointing  # noqa: E402
+from apex.replay import ADDRESSES_FILE, shard_name, shard_rule  # noqa: E402
+from tools import replay_inspect as inspect  # noqa: E402
+from tools.replay_inspect.checkpoint_reader import read_tables  # noqa: E402
+
 _SERVER = flags.DEFINE_string(
     "server",
     None,
@@ -102,9 +107,6 @@ class _Usage(Exception):
 def _live_shards() -> list[tuple[str, str]] | None:
     """[(shard name, HOST:PORT)] of the live source in shard order (one entry:
     one server, as always), or None when no live source is given."""
-    from apex.replay.inspect import read_shard_addresses
-    from apex.replay.shards import shard_name
-
     if _SERVER.value:
         addresses = [a.strip() for a in _SERVER.value.split(",") if a.strip()]
         if not addresses:
@@ -112,7 +114,7 @@ def _live_shards() -> list[tuple[str, str]] | None:
         return [(shard_name(i, len(addresses)), a) for i, a in enumerate(addresses)]
     if _RUN_DIR.value:
         try:
-            shards = read_shard_addresses(_RUN_DIR.value)
+            shards = inspect.read_shard_addresses(_RUN_DIR.value)
         except ValueError as err:
             raise _Usage(str(err)) from None
         if shards:
@@ -158,7 +160,7 @@ def _probe(address: str) -> None:
 
 
 def _client(address: str):
-    import reverb
+    import reverb  # TensorFlow: only for a live server
 
     _probe(address)
     client = reverb.Client(address)
@@ -174,17 +176,14 @@ def _client(address: str):
 def _resolve(path: str) -> tuple[list[tuple[str, str]], int]:
     """The shards of a checkpoint directory ([(name, Reverb checkpoint dir)]) and
     how many the replay had (its manifest's replay.num_shards, when it says)."""
-    from apex.replay.checkpoint_reader import CheckpointError
-    from apex.replay.inspect import manifest_num_shards, resolve_shards
-
     try:
-        shards = resolve_shards(path)
+        shards = inspect.resolve_shards(path)
     except CheckpointError as err:
         raise _Usage(str(err)) from None
     total = len(shards)
     if shards[0][0] != "replay":  # replay_<s> directories: a sharded replay
         total = max(total, 1 + max(int(name.rpartition("_")[2]) for name, _ in shards))
-    expected = manifest_num_shards(path)
+    expected = inspect.manifest_num_shards(path)
     if expected is not None and expected > 1 and expected != len(shards):
         print(
             f"[tools.replay] {path}: its manifest says replay.num_shards={expected} but it "
@@ -199,8 +198,6 @@ def _resolve(path: str) -> tuple[list[tuple[str, str]], int]:
 def _checkpoint_shards(command: str) -> tuple[list[tuple[str, str]], int]:
     """(the [(shard name, Reverb checkpoint dir)] to read, the source's shard count):
     --checkpoint's, or fresh snapshots of the live servers."""
-    from apex.replay.inspect import snapshot
-
     if _CHECKPOINT.value:
         shards, total = _resolve(_CHECKPOINT.value)
         return _select(shards, _CHECKPOINT.value, total)
@@ -219,7 +216,7 @@ def _checkpoint_shards(command: str) -> tuple[list[tuple[str, str]], int]:
     out = []
     for name, address, client in clients:
         t0 = time.time()
-        path = snapshot(client)
+        path = inspect.snapshot(client)
         print(
             f"[tools.replay {command}] snapshot of {address} written in {time.time() - t0:.2f} s: {path}",
             file=sys.stderr,
@@ -233,8 +230,6 @@ def _no_address() -> str:
 
 
 def _run_checkpoint_only() -> bool:
-    from apex.replay.shards import ADDRESSES_FILE
-
     return bool(_RUN_DIR.value) and not any(
         os.path.exists(os.path.join(_RUN_DIR.value, name))
         for name in ("replay_address", ADDRESSES_FILE)
@@ -244,10 +239,7 @@ def _run_checkpoint_only() -> bool:
 def _run_checkpoint(command: str, why: str) -> tuple[list[tuple[str, str]], int]:
     """The replay (every shard) of the run's newest complete whole-run checkpoint
     (RUN_DIR/checkpoints)."""
-    from apex.checkpointing import REPLAY_DIR, latest_complete
-    from apex.replay.inspect import shard_dirs
-
-    latest = latest_complete(_RUN_DIR.value)
+    latest = checkpointing.latest_complete(_RUN_DIR.value)
     if latest is None:
         raise _Usage(
             f"{why}; and {_RUN_DIR.value} has no complete checkpoint to read instead", code=1
@@ -257,15 +249,13 @@ def _run_checkpoint(command: str, why: str) -> tuple[list[tuple[str, str]], int]
         f"run's newest checkpoint {latest} (as of that checkpoint)",
         file=sys.stderr,
     )
-    if shard_dirs(latest):  # a sharded replay: replay_0/, replay_1/, ...
+    if inspect.shard_dirs(latest):  # a sharded replay: replay_0/, replay_1/, ...
         shards, total = _resolve(latest)
         return _select(shards, latest, total)
-    return _select([("replay", os.path.join(latest, REPLAY_DIR))], latest)
+    return _select([("replay", os.path.join(latest, checkpointing.REPLAY_DIR))], latest)
 
 
 def _table(shards: list[tuple[str, str]]) -> str:
-    from apex.replay.checkpoint_reader import read_tables
-
     path = shards[0][1]
     names = sorted(read_tables(path))
     if not names:
@@ -289,13 +279,12 @@ def _stats(command: str = "stats") -> tuple[list[dict], bool, int]:
     they are live, the source's shard count). A --run_dir whose server is gone
     (a stopped run) falls back to the run's newest checkpoint, as the other
     verbs do."""
-    from apex.replay.inspect import checkpoint_stats, table_stats
 
     def from_checkpoint(found: tuple[list[tuple[str, str]], int]) -> tuple[list[dict], bool, int]:
         shards, total = found
         out = []
         for name, path in shards:
-            stats = checkpoint_stats(path)
+            stats = inspect.checkpoint_stats(path)
             if not stats:
                 raise _Usage(f"the checkpoint {path} holds no tables")
             out.append({"shard": name, "checkpoint": path, "tables": stats})
@@ -317,7 +306,11 @@ def _stats(command: str = "stats") -> tuple[list[dict], bool, int]:
         raise
     return (
         [
-            {"shard": name, "address": address, "tables": table_stats(c, timeout=_TIMEOUT.value)}
+            {
+                "shard": name,
+                "address": address,
+                "tables": inspect.table_stats(c, timeout=_TIMEOUT.value),
+            }
             for name, address, c in clients
         ],
         True,
@@ -328,116 +321,132 @@ def _stats(command: str = "stats") -> tuple[list[dict], bool, int]:
 def _shard_header(table: str, shards: list[tuple[str, str]], total: int, rule: bool = True) -> str:
     """'table T, S shards' (the actor -> shard rule if `rule`) and where each
     shard's checkpoint is."""
-    from apex.replay.shards import shard_rule
-
     of = f"{len(shards)} of {total} shards" if len(shards) != total else f"{total} shards"
     of += f" ({shard_rule(total)})" if rule else ""
     return f"table {table}, {of}:\n" + "\n".join(f"  {name}: {path}" for name, path in shards)
 
 
-def run(command: str) -> int:
-    from apex.replay import inspect
+def _print_stats() -> None:
+    """stats: each shard's tables and rate limiter, then the totals (one shard: as always)."""
+    shards, _, total = _stats()
+    if total == 1:  # one shard: exactly as always
+        stats = shards[0]["tables"]
+        print(json.dumps(stats, indent=2) if _JSON.value else inspect.format_stats(stats))
+    elif _JSON.value:
+        totals = inspect.total_stats([sh["tables"] for sh in shards])
+        print(json.dumps({"num_shards": total, "shards": shards, "total": totals}, indent=2))
+    else:
+        print(inspect.format_shard_stats(shards, num_shards=total))
 
-    if command == "stats":
-        shards, _, total = _stats()
-        if total == 1:  # one shard: exactly as always
+
+def _watch() -> None:
+    """watch: the stats every --interval seconds, --count times (0: until Ctrl-C)."""
+    if _CHECKPOINT.value:
+        raise _Usage("watch needs a live source (--run_dir or --server)")
+    i = 0
+    while _COUNT.value == 0 or i < _COUNT.value:
+        if i:
+            time.sleep(_INTERVAL.value)
+        shards, live, total = _stats("watch")
+        stamp = time.strftime("%H:%M:%S")
+        if total == 1:
             stats = shards[0]["tables"]
-            print(json.dumps(stats, indent=2) if _JSON.value else inspect.format_stats(stats))
+            print(json.dumps({"time": stamp, "tables": stats}) if _JSON.value else f"--- {stamp}")
+            if not _JSON.value:
+                print(inspect.format_stats(stats, signature=False), flush=True)
         elif _JSON.value:
             totals = inspect.total_stats([sh["tables"] for sh in shards])
-            print(json.dumps({"num_shards": total, "shards": shards, "total": totals}, indent=2))
+            line = {"time": stamp, "shards": shards, "total": totals}
+            print(json.dumps(line, default=str), flush=True)
         else:
-            print(inspect.format_shard_stats(shards, num_shards=total))
+            print(
+                f"--- {stamp} " + inspect.format_shard_sizes(shards, num_shards=total), flush=True
+            )
+        if not live:  # a stopped run's checkpoint does not change: once is enough
+            print("[tools.replay watch] the run has stopped: nothing to watch", file=sys.stderr)
+            break
+        i += 1
+
+
+def _priorities(table: str, shards: list[tuple[str, str]], total: int) -> None:
+    """priorities: the histogram and the top/bottom items (pooled over the shards)."""
+    path = shards[0][1]
+    if total > 1:
+        cols = inspect.pooled_item_table(shards, table, provenance=False)
+        names = [name for name, _ in shards]
+        summary = inspect.priority_summary(cols, _K.value, _BINS.value, shards=names)
+        summary["table"], summary["checkpoints"] = table, dict(shards)
+        summary["num_shards"] = total
+    else:
+        summary = inspect.priority_summary(
+            inspect.item_table(path, table, provenance=False), _K.value, _BINS.value
+        )
+        summary["table"], summary["checkpoint"] = table, path
+    if _PNG.value:
+        summary["png"] = inspect.save_histogram_png(summary, _PNG.value, table)
+    if _JSON.value:
+        print(json.dumps(summary, indent=2))
+    else:
+        head = _shard_header(table, shards, total) if total > 1 else f"table {table} ({path})"
+        print(head + "\n" + inspect.format_priorities(summary))
+        if _PNG.value:
+            print(f"histogram: {summary['png']}")
+
+
+def _items(table: str, shards: list[tuple[str, str]], total: int) -> None:
+    """items: --n decoded items as JSON (stdout or --out) or npz, frames to --png."""
+    if total > 1:
+        items = inspect.select_shard_items(shards, table, _N.value, _ORDER.value)
+    else:
+        items = inspect.select_items(shards[0][1], table, _N.value, _ORDER.value)
+    if _PNG.value:
+        print(f"frames: {inspect.save_items_png(items, _PNG.value)}", file=sys.stderr)
+    out = _OUT.value
+    if out and out.endswith(".npz"):
+        print(inspect.save_items_npz(items, out))
+    else:
+        text = json.dumps(inspect.items_to_json(items), indent=1)
+        if out:
+            with open(out, "w") as f:
+                f.write(text + "\n")
+            print(out)
+        else:
+            print(text)
+
+
+def _breakdown(table: str, shards: list[tuple[str, str]], total: int) -> None:
+    """breakdown: the items grouped by actor, epsilon band, version (and shard)."""
+    try:
+        bands = tuple(float(x) for x in _BANDS.value)
+    except ValueError:
+        raise _Usage(
+            f"--bands={','.join(_BANDS.value)} is invalid: expected numbers, e.g. --bands=0.01,0.1"
+        ) from None
+    path = shards[0][1]
+    if total > 1:
+        b = inspect.breakdown(
+            inspect.pooled_item_table(shards, table), bands, _VERSION_BINS.value, total
+        )
+        text = _shard_header(table, shards, total, rule=False) + "\n"
+        text += inspect.format_breakdown(b, total)
+    else:
+        b = inspect.breakdown(inspect.item_table(path, table), bands, _VERSION_BINS.value)
+        text = f"table {table} ({path})\n" + inspect.format_breakdown(b)
+    print(json.dumps(b, indent=2) if _JSON.value else text)
+
+
+# The item-level commands: each reads (table, [(shard, checkpoint dir)], the shard count).
+_ITEM_COMMANDS = {"priorities": _priorities, "items": _items, "breakdown": _breakdown}
+
+
+def run(command: str) -> int:
+    if command == "stats":
+        _print_stats()
     elif command == "watch":
-        if _CHECKPOINT.value:
-            raise _Usage("watch needs a live source (--run_dir or --server)")
-        i = 0
-        while _COUNT.value == 0 or i < _COUNT.value:
-            if i:
-                time.sleep(_INTERVAL.value)
-            shards, live, total = _stats("watch")
-            stamp = time.strftime("%H:%M:%S")
-            if total == 1:
-                stats = shards[0]["tables"]
-                print(
-                    json.dumps({"time": stamp, "tables": stats}) if _JSON.value else f"--- {stamp}"
-                )
-                if not _JSON.value:
-                    print(inspect.format_stats(stats, signature=False), flush=True)
-            elif _JSON.value:
-                totals = inspect.total_stats([sh["tables"] for sh in shards])
-                line = {"time": stamp, "shards": shards, "total": totals}
-                print(json.dumps(line, default=str), flush=True)
-            else:
-                print(
-                    f"--- {stamp} " + inspect.format_shard_sizes(shards, num_shards=total),
-                    flush=True,
-                )
-            if not live:  # a stopped run's checkpoint does not change: once is enough
-                print("[tools.replay watch] the run has stopped: nothing to watch", file=sys.stderr)
-                break
-            i += 1
+        _watch()
     else:
         shards, total = _checkpoint_shards(command)
-        table = _table(shards)
-        path = shards[0][1]
-        sharded = total > 1
-        if command == "priorities":
-            if sharded:
-                cols = inspect.pooled_item_table(shards, table, provenance=False)
-                names = [name for name, _ in shards]
-                summary = inspect.priority_summary(cols, _K.value, _BINS.value, shards=names)
-                summary["table"], summary["checkpoints"] = table, dict(shards)
-                summary["num_shards"] = total
-            else:
-                summary = inspect.priority_summary(
-                    inspect.item_table(path, table, provenance=False), _K.value, _BINS.value
-                )
-                summary["table"], summary["checkpoint"] = table, path
-            if _PNG.value:
-                summary["png"] = inspect.save_histogram_png(summary, _PNG.value, table)
-            if _JSON.value:
-                print(json.dumps(summary, indent=2))
-            else:
-                head = _shard_header(table, shards, total) if sharded else f"table {table} ({path})"
-                print(head + "\n" + inspect.format_priorities(summary))
-                if _PNG.value:
-                    print(f"histogram: {summary['png']}")
-        elif command == "items":
-            if sharded:
-                items = inspect.select_shard_items(shards, table, _N.value, _ORDER.value)
-            else:
-                items = inspect.select_items(path, table, _N.value, _ORDER.value)
-            if _PNG.value:
-                print(f"frames: {inspect.save_items_png(items, _PNG.value)}", file=sys.stderr)
-            out = _OUT.value
-            if out and out.endswith(".npz"):
-                print(inspect.save_items_npz(items, out))
-            else:
-                text = json.dumps(inspect.items_to_json(items), indent=1)
-                if out:
-                    with open(out, "w") as f:
-                        f.write(text + "\n")
-                    print(out)
-                else:
-                    print(text)
-        elif command == "breakdown":
-            try:
-                bands = tuple(float(x) for x in _BANDS.value)
-            except ValueError:
-                raise _Usage(
-                    f"--bands={','.join(_BANDS.value)} is invalid: expected numbers, e.g. --bands=0.01,0.1"
-                ) from None
-            if sharded:
-                b = inspect.breakdown(
-                    inspect.pooled_item_table(shards, table), bands, _VERSION_BINS.value, total
-                )
-                text = _shard_header(table, shards, total, rule=False) + "\n"
-                text += inspect.format_breakdown(b, total)
-            else:
-                b = inspect.breakdown(inspect.item_table(path, table), bands, _VERSION_BINS.value)
-                text = f"table {table} ({path})\n" + inspect.format_breakdown(b)
-            print(json.dumps(b, indent=2) if _JSON.value else text)
+        _ITEM_COMMANDS[command](_table(shards), shards, total)
     return 0
 
 
@@ -449,8 +458,6 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from apex.replay.checkpoint_reader import CheckpointError
-
     try:
         return run(argv[1])
     except _Usage as err:

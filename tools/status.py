@@ -29,6 +29,11 @@ import time  # noqa: E402
 
 from absl import flags  # noqa: E402
 
+from apex import diagnose, pid_alive, read_heartbeats, run_setting  # noqa: E402
+from apex import heartbeat as hb  # noqa: E402
+from apex.replay import format_stats, shard_rule, table_stats  # noqa: E402
+from tools.replay_inspect import format_shard_stats, read_shard_addresses, total_stats  # noqa: E402
+
 _STACKS = flags.DEFINE_bool("stacks", False, "Ask every live node to dump its stacks.")
 _JSON = flags.DEFINE_bool("json", False, "Print JSON instead of text.")
 _STALL = flags.DEFINE_float(
@@ -42,9 +47,7 @@ RUN_DIR_MARKERS = ("config.json", "heartbeats", "replay_address")
 def _alive(beat: dict, now: float) -> bool:
     """A node on this host: its process runs; on another host: it beat recently
     (5 periods, at least 10 s)."""
-    from apex.heartbeat import HOST, pid_alive
-
-    if beat.get("host", HOST) == HOST:
+    if beat.get("host", hb.HOST) == hb.HOST:
         return pid_alive(int(beat.get("pid") or 0))
     period = float(beat.get("period_seconds") or 1.0)
     return now - float(beat.get("received", beat["time"])) <= max(10.0, 5 * period)
@@ -56,9 +59,7 @@ def _replay_table(run_dir: str) -> dict | None:
         return None
     with open(path) as f:
         address = f.read().strip()
-    import reverb
-
-    from apex.replay.inspect import table_stats
+    import reverb  # TensorFlow: only when the run has a replay server to ask
 
     try:
         stats = table_stats(reverb.Client(address), timeout=2)
@@ -71,17 +72,13 @@ def _replay_shards(run_dir: str) -> list[dict] | None:
     """Each shard of a sharded replay ({shard, address, table: its table stats or
     None when unreachable}), or None when the run has one shard (no
     RUN_DIR/replay_addresses, or one line in it)."""
-    from apex.replay.inspect import read_shard_addresses
-
     try:
         shards = read_shard_addresses(run_dir)
     except (OSError, ValueError):
         return None
     if not shards or len(shards) == 1:
         return None
-    import reverb
-
-    from apex.replay.inspect import table_stats
+    import reverb  # TensorFlow: only when the run has replay shards to ask
 
     out = []
     for name, address in shards:
@@ -95,10 +92,12 @@ def _replay_shards(run_dir: str) -> list[dict] | None:
 
 def _last_row(run_dir: str, component: str) -> dict | None:
     """The newest metrics row of `component` (RUN_DIR/metrics/<component>.jsonl), or None."""
-    from apex.metrics import read_jsonl
-
     path = os.path.join(run_dir, "metrics", f"{component}.jsonl")
-    rows = read_jsonl(path) if os.path.exists(path) else []
+    if not os.path.exists(path):
+        return None
+    from apex import read_jsonl  # acme and Launchpad (its logger base): only to read a row
+
+    rows = read_jsonl(path)
     return rows[-1] if rows else None
 
 
@@ -147,13 +146,9 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     """Heartbeats, liveness, replay table stats and doctor findings of RUN_DIR.
 
     With a sharded replay, `replay` holds the totals over the shards
-    (apex.replay.inspect.total_stats, None when no shard is reachable) and
+    (tools.replay_inspect.total_stats, None when no shard is reachable) and
     `replay_shards` each shard (shard, address, table, heartbeat).
     """
-    from apex.doctor import diagnose
-    from apex.heartbeat import read_heartbeats
-    from apex.run_dir import run_setting
-
     if stall_seconds is None:
         stall_seconds = float(run_setting(run_dir, "logging.stall_seconds"))
     beats = read_heartbeats(run_dir)
@@ -166,8 +161,6 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     if shards is None:
         findings = [f.__dict__ for f in diagnose(beats, table, stall_seconds, now)]
     else:
-        from apex.replay.inspect import total_stats
-
         shard_tables = {sh["shard"]: sh["table"] for sh in shards}
         found = diagnose(beats, None, stall_seconds, now, shard_tables=shard_tables)
         findings = [f.__dict__ for f in found]
@@ -197,16 +190,14 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
 
 
 def format_status(s: dict) -> str:
-    from apex.heartbeat import HOST, STOPPED
-
     lines = [f"run {s['run_dir']}"]
     lines.append(
         f"{'node':<12} {'pid':>7} {'alive':<5} {'beat':>7}  {'rate/s':>9}  {'RSS MiB':>8}  state"
     )
     for name, n in s["nodes"].items():
         # A stopped or dead node has no current rate: its last one would read as live.
-        rate = n.get("rate_per_second") if n["alive"] and n["state"] != STOPPED else None
-        where = "" if n.get("host", HOST) == HOST else f" on {n['host']}"
+        rate = n.get("rate_per_second") if n["alive"] and n["state"] != hb.STOPPED else None
+        where = "" if n.get("host", hb.HOST) == hb.HOST else f" on {n['host']}"
         if n.get("ray_node"):  # --launcher=ray: the Ray node it was placed on
             where += f" (Ray node {n['ray_node'][:8]})"
         rss = n.get("rss_mb")
@@ -222,9 +213,6 @@ def format_status(s: dict) -> str:
     if not s["nodes"]:
         lines.append("(no heartbeats in RUN_DIR/heartbeats: not an apex run, or not started)")
     if s.get("replay_shards"):
-        from apex.replay.inspect import format_shard_stats
-        from apex.replay.shards import shard_rule
-
         shards = s["replay_shards"]
         lines.append(f"replay: {len(shards)} shards ({shard_rule(len(shards))})")
         rows = []
@@ -242,8 +230,6 @@ def format_status(s: dict) -> str:
             )
         lines.append(format_shard_stats(rows, signature=False, num_shards=len(shards)))
     elif s["replay"] is not None:
-        from apex.replay.inspect import format_stats
-
         lines.append(format_stats([s["replay"]], signature=False))
     else:
         lines.append("replay: not reachable (the run has stopped, or no replay_address)")
@@ -265,9 +251,9 @@ def format_status(s: dict) -> str:
 def dump_stacks(run_dir: str, nodes: dict) -> list[str]:
     """SIGUSR1 to every live node process of this host; returns the stack files
     written (actors print their stacks to their own log instead)."""
-    from apex.heartbeat import HOST
-
-    pids = {int(n["pid"]) for n in nodes.values() if n["alive"] and n.get("host", HOST) == HOST}
+    pids = {
+        int(n["pid"]) for n in nodes.values() if n["alive"] and n.get("host", hb.HOST) == hb.HOST
+    }
     for pid in pids:
         try:
             os.kill(pid, signal.SIGUSR1)

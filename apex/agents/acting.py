@@ -1,6 +1,8 @@
 """The actor role: a vector of epsilon-greedy envs, one batched forward pass per
-step, items written to replay. Each agent subclasses `Actor` with its
-accumulator and its `step` (apex.agents.dqn.acting, apex.agents.r2d2.acting)."""
+step, items written to replay with their initial priorities. Each agent
+subclasses `Actor` with its network (`network`), its accumulator, its `step`
+and the TD error its initial priorities are made of (`priority_td`):
+apex.agents.dqn.acting, apex.agents.r2d2.acting."""
 
 from __future__ import annotations
 
@@ -12,21 +14,52 @@ from typing import Any
 import numpy as np
 
 from apex import heartbeat as hb
-from apex.agents import get_builder
+from apex.agents.policy import ActingNetwork, ActingPolicy, LocalQ
 from apex.config import ApexConfig
-from apex.envs import make_env, spec_of, to_observation
+from apex.envs import make_env, spec_of
 from apex.exploration import epsilon_bands, slot_epsilons
-from apex.inference import LocalQ, RemoteQ
-from apex.replay.priorities import initial_priorities
+from apex.inference.client import RemoteQ
 from apex.roles import ItemWriter, MetricsSink, Reporter, VariableSource
+
+
+def initial_priorities(
+    td: np.ndarray,
+    policy: str,
+    *,
+    epsilon: float = 1e-3,
+    constant: float = 1.0,
+    max_seen: float | None = None,
+) -> np.ndarray:
+    """Priorities of new transitions under an insert policy.
+
+    actor_td: |td| + epsilon (Ape-X: the actor's own n-step TD error);
+    max_seen: the largest priority the learner has set so far (constant before any);
+    constant: `constant` for every item.
+
+    Example:
+        >>> initial_priorities(np.array([-2.0, 0.5]), 'actor_td', epsilon=0.0).tolist()
+        [2.0, 0.5]
+    """
+    td = np.asarray(td, np.float64)
+    if policy == "actor_td":
+        return np.abs(td) + epsilon
+    if policy == "max_seen":
+        return np.full(td.shape, max_seen if max_seen else constant)
+    if policy == "constant":
+        return np.full(td.shape, constant)
+    raise ValueError(
+        f"insert_priority={policy!r} is invalid: expected one of ['actor_td', 'max_seen', 'constant']"
+    )
 
 
 class Actor(abc.ABC):
     """Steps `envs_per_actor` envs and writes the agent's items with initial priorities.
 
-    Subclasses supply `_make_accumulator` (steps -> items) and `step` (one
-    vector step of every env); everything else (envs, exploration, parameters,
-    writing, counters, reports, the run loop) is here.
+    Subclasses supply `network` (the agent's ActingNetwork), `_make_accumulator`
+    (steps -> items), `step` (one vector step of every env) and `priority_td`
+    (an item's TD error for its initial priority); everything else (envs,
+    exploration, parameters, initial priorities, writing, counters, reports,
+    the run loop) is here.
 
     Args:
       config: the program config.
@@ -35,13 +68,18 @@ class Actor(abc.ABC):
         (version, weights, info); a courier client of the learner, or the
         learner itself in tests.
       writer: an ItemWriter (apex.roles): write(batch, priorities).
+      epsilons: the epsilon of each of its env slots, as its writer records
+        them (the node computes them once for both); None: computed here.
       coordinator: optional Reporter (apex.roles) the actor reports counts to.
       metrics: optional MetricsSink (apex.roles) for the actor's rows.
       should_stop: checked while waiting for the first parameters.
-      heartbeat: optional Heartbeat; the actor marks the time it spends in inserts.
+      heartbeat: optional Heartbeat; its beats say when the actor is in an insert
+        (Heartbeat.follow: the step itself only records when its inserts begin and end).
       inference: a handle of the inference node (actor.inference='central'):
         Q-values come from it and the actor holds no network (apex.inference).
     """
+
+    network: ActingNetwork  # the agent's (its networks module's ACTING)
 
     def __init__(
         self,
@@ -54,20 +92,22 @@ class Actor(abc.ABC):
         should_stop: Callable[[], bool] | None = None,
         heartbeat: hb.Heartbeat | None = None,
         inference: Any | None = None,
+        epsilons: np.ndarray | None = None,
     ):
         self._config = config
-        self._heartbeat = heartbeat
         self.actor_id = actor_id
         e = config.actor.envs_per_actor
         self._num_envs = e
         self._envs = [make_env(config.env, faults=True) for _ in range(e)]
-        self._epsilons = slot_epsilons(
-            actor_id,
-            e,
-            config.actor.num_actors,
-            config.actor.epsilon_base,
-            config.actor.epsilon_alpha,
-        )
+        if epsilons is None:
+            epsilons = slot_epsilons(
+                actor_id,
+                e,
+                config.actor.num_actors,
+                config.actor.epsilon_base,
+                config.actor.epsilon_alpha,
+            )
+        self._epsilons = np.asarray(epsilons)
         self._rng = np.random.default_rng(config.seed + 7919 * (actor_id + 1))
         self._acc = self._make_accumulator()
         self._writer = writer
@@ -76,18 +116,20 @@ class Actor(abc.ABC):
         if inference is not None:
             self._qs: LocalQ | RemoteQ = RemoteQ(
                 inference,
-                get_builder(config).recurrent,
-                config.r2d2.lstm_size,
+                lambda batch_size: self.network.initial_state(config, batch_size),
                 should_stop=should_stop,
             )
         else:
-            self._qs = LocalQ(config, spec_of(self._envs[0]), variable_source, should_stop)
+            policy = ActingPolicy(self.network, config, spec_of(self._envs[0]))
+            self._qs = LocalQ(
+                policy, variable_source, config.actor.params_update_period, should_stop
+            )
         self._num_actions = self._envs[0].action_space.n
-        obs = []
+        obs = []  # make_env's observations are of the stored type (apex.envs.ObservationEncoder)
         for j, env in enumerate(self._envs):
             o, _ = env.reset(seed=config.seed + 1000 * actor_id + j)
             env.action_space.seed(config.seed + 1000 * actor_id + j)
-            obs.append(to_observation(o))
+            obs.append(o)
         self._obs = np.stack(obs)
         self._q: np.ndarray | None = None
         self._q_version = -1
@@ -100,6 +142,10 @@ class Actor(abc.ABC):
         self._bands = epsilon_bands(self._epsilons, config.logging.epsilon_bands)
         self._band_returns: dict[int, list[float]] = {}
         self._start_time = time.time()
+        # When the last insert began and ended (time.time()): the heartbeat reads them.
+        self._insert_began = self._insert_ended = 0.0
+        if heartbeat is not None:
+            heartbeat.follow(self._insert_state)
 
     @property
     def epsilons(self) -> np.ndarray:
@@ -118,11 +164,9 @@ class Actor(abc.ABC):
     def _frame_writer(self) -> Any:
         """The writer if this actor stores each frame once, else None (the
         config's layout is packed, or the writer takes only whole items, e.g.
-        a test's recording fake)."""
+        a test's recording fake: ItemWriter.can_store_frames)."""
         if self._frames_on is None:
-            from apex.envs import spec_of
-
-            self._frames_on = hasattr(self._writer, "start_frames") and self._stores_frames(
+            self._frames_on = self._writer.can_store_frames and self._stores_frames(
                 spec_of(self._envs[0])
             )
         return self._writer if self._frames_on else None
@@ -135,6 +179,11 @@ class Actor(abc.ABC):
     def step(self) -> int:
         """One vector step of every env; returns the number of items written."""
 
+    @abc.abstractmethod
+    def priority_td(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """The TD error [N] of each item of `batch` (the accumulator's output),
+        from the actor's own Q-values: what replay.insert_priority='actor_td' uses."""
+
     def _sync_weights(self) -> bool:
         """Loads newly arrived weights into the local network; True if it did
         (never with central inference: the server holds the parameters)."""
@@ -144,22 +193,29 @@ class Actor(abc.ABC):
         """(Q-values, new recurrent state or None, the parameter version used)."""
         return self._qs(obs, state)
 
-    def _write(self, batch: dict[str, np.ndarray], td: np.ndarray) -> int:
+    def _write(self, batch: dict[str, np.ndarray]) -> int:
+        """Writes the items of `batch` with their initial priorities; returns how many."""
         r = self._config.replay
         prios = initial_priorities(
-            td,
+            self.priority_td(batch),
             r.insert_priority,
             epsilon=r.priority_epsilon,
             constant=r.constant_priority,
             max_seen=self._qs.max_priority,
         )
-        beat = self._heartbeat
-        if beat is not None:
-            beat.enter(hb.INSERTING)
+        self._insert_began = time.time()
         self._writer.write(batch, prios)
-        if beat is not None:
-            beat.enter(hb.ACTING)
+        self._insert_ended = time.time()
         return len(prios)
+
+    def _insert_state(self) -> tuple[str, float] | None:
+        """(state, since) for the heartbeat's beats while the node is acting: in an
+        insert (blocked while the rate limiter holds it) or acting since the last one
+        ended; None before the first insert."""
+        began, ended = self._insert_began, self._insert_ended
+        if began > ended:
+            return hb.INSERTING, began
+        return (hb.ACTING, ended) if ended else None
 
     def _end_episodes(self, rewards: np.ndarray, ended) -> None:
         self._episode_return += rewards
@@ -199,13 +255,11 @@ class Actor(abc.ABC):
             "actor/param_updates": self._qs.num_updates,
             "actor/restarts": self.restarts,
         }
-        writing = getattr(self._writer, "seconds_writing", None)
-        if writing is not None:
-            row["actor/insert_seconds"] = writing
-        frames = getattr(self._writer, "frames_written", 0)
+        row["actor/insert_seconds"] = self._writer.seconds_writing
+        frames = self._writer.frames_written
         if frames:  # frames stored once (issue 16): what each costs before Reverb's Snappy
             row["actor/frames_stored"] = frames
-            stored = getattr(self._writer, "frame_bytes", 0)
+            stored = self._writer.frame_bytes
             if stored:
                 row["actor/frame_bytes_compressed"] = stored
         if rate is not None:

@@ -1,15 +1,18 @@
 """AgentBuilder: everything an agent supplies to the program and the generic learner.
 
-The program (launch/program.py), the generic learner (apex.learner.Learner),
-the acting policy, the replay tables and the rate-limit planner ask the
-agent's builder; none of them switches on the agent's name. An agent is one
+The program (launch/program.py), the generic learner (apex.learner), the
+evaluator, the inference node and the rate-limit planner ask the agent's
+builder; none of them switches on the agent's name. The builder owns the
+agent's replay table (its name, its item signature: `make_tables`), its
+writer, its network and what acting runs of it (`acting_network`), its actor
+and its loss, the way Acme's builders make their replay tables. An agent is one
 folder (`apex/agents/<name>/`: networks, losses, acting, builder) and one line
 in the registry (`apex.agents.BUILDERS`); README "Adding an agent" walks
 through it.
 
 Builders are stateless and cheap to import: TensorFlow and Reverb are
-imported inside the methods that need them, so config validation and the
-launcher's planning lines stay light.
+imported inside the methods that need them (the only deferred imports here),
+so config validation and the launcher's planning lines stay light.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from apex.config import ApexConfig
+from apex.roles import ItemWriter, VariableSource
+from apex.specs import EnvSpec
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    import reverb
     import tensorflow as tf
 
-    from apex.config import ApexConfig
-    from apex.envs import EnvSpec
-    from apex.roles import ItemWriter, VariableSource
+    from apex.agents.policy import ActingNetwork, ActingPolicy
 
 
 class AgentBuilder(abc.ABC):
@@ -65,6 +71,13 @@ class AgentBuilder(abc.ABC):
         the named fields the loss reads (None: as stored)."""
         return None
 
+    def make_tables(self, config: ApexConfig, spec: EnvSpec) -> list[reverb.Table]:
+        """The agent's replay tables: one prioritized FIFO table `table` of
+        `item_signature` items (sized by the config of one shard)."""
+        from apex.replay.tables import make_table  # Reverb and TF: not on import
+
+        return [make_table(self.table, self.item_signature(config, spec), config)]
+
     @abc.abstractmethod
     def make_writer(
         self,
@@ -74,12 +87,23 @@ class AgentBuilder(abc.ABC):
         slot_offset: int,
         should_stop: Callable[[], bool],
     ) -> ItemWriter:
-        """The writer (a context manager) an actor writes its items through."""
+        """The writer (a context manager) an actor writes its items to `table` through."""
 
     # ------------------------------------------------------------- network
     @abc.abstractmethod
+    def acting_network(self) -> ActingNetwork:
+        """The agent's network as acting runs it: the TF module, its numpy step
+        for MLP torsos, the state an episode starts from (apex.agents.policy)."""
+
     def make_network(self, config: ApexConfig, spec: EnvSpec, seed: int = 0) -> tf.Module:
         """The Q-network (the learner's online and target nets, a conv actor's copy)."""
+        return self.acting_network().make_network(config, spec, seed)
+
+    def make_policy(self, config: ApexConfig, spec: EnvSpec) -> ActingPolicy:
+        """The acting policy (the evaluator's, the inference node's, a trained policy's)."""
+        from apex.agents.policy import ActingPolicy  # TensorFlow: not on import
+
+        return ActingPolicy(self.acting_network(), config, spec)
 
     # --------------------------------------------------------------- roles
     @abc.abstractmethod

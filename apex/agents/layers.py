@@ -1,4 +1,6 @@
-"""Network pieces shared by the feed-forward and the recurrent Q-networks.
+"""The layers the feed-forward and the recurrent Q-networks are made of (torso,
+LSTM core, head: weights, TF and numpy forms), and the whole numpy forward step
+actors run for MLP torsos (`forward_np`).
 
 Weights are flat lists of arrays so that a learner can ship them to actors as
 they are and actors can run them in numpy (MLP torsos) or in a local TF module
@@ -8,6 +10,8 @@ they are and actors can run them in numpy (MLP torsos) or in a local TF module
 Conv kernels are [k, k, C_in, filters] whatever the observation's channel
 layout, and the last conv's output is flattened in (C, H, W) order, so the
 same weights serve a channels-first and a channels-last network.
+LSTM core layout (on top of a feature vector of size D, H units):
+  [W_lstm [D + H, 4H], b_lstm [4H]], gates (input, forget, cell, output)
 Head layouts (on top of a feature vector):
   plain:   [W_out, b_out];  dueling: [W_v, b_v, W_a, b_a]
 """
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from apex.config.schema import ApexConfig, LearnerConfig
-    from apex.envs import EnvSpec
+    from apex.specs import EnvSpec
 
 # Nature DQN (Mnih et al. 2015): (filters, kernel, stride).
 NATURE_CONVS = CONV_PRESETS["nature"]
@@ -228,7 +232,7 @@ def torso_tf(
     the x / 255.0 of float32 pixels, where a multiplication by float32(1/255)
     differs in the last bit for about half of the 256 values.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # not on import: the config checks here stay light
 
     i = 0
     if kind == "conv":
@@ -261,6 +265,43 @@ def torso_np(weights: Sequence[np.ndarray], obs: np.ndarray) -> np.ndarray:
     return x
 
 
+def lstm_weights(size: int, units: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Initial LSTM core weights on features of `size`; the forget bias starts at 1."""
+    bias = np.zeros(4 * units, np.float32)
+    bias[units : 2 * units] = 1.0
+    return [glorot(rng, size + units, 4 * units), bias]
+
+
+def lstm_tf(
+    xw: tf.Tensor, h: tf.Tensor, c: tf.Tensor, w_h: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """One LSTM step (h, c) from the input projection xw = x @ W_x + b [B, 4H]
+    and the state's weights w_h = W_lstm[D:]."""
+    import tensorflow as tf  # not on import: the config checks here stay light
+
+    z = xw + tf.matmul(h, w_h)
+    i, f, g, o = tf.split(z, 4, axis=-1)
+    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+    return tf.sigmoid(o) * tf.tanh(c), c
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # no overflow warnings for large |x|
+
+
+def lstm_np(
+    x: np.ndarray, state: tuple[np.ndarray, np.ndarray], w: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One LSTM step in numpy (float32): the new (h, c) from features x [B, D]."""
+    d = x.shape[1]
+    h, c = state
+    z = x @ w[:d] + h @ w[d:] + b
+    i, f, g, o = np.split(z, 4, axis=1)
+    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    h = _sigmoid(o) * np.tanh(c)
+    return h, c
+
+
 def head_weights(
     size: int, num_actions: int, dueling: bool, rng: np.random.Generator
 ) -> list[np.ndarray]:
@@ -271,7 +312,7 @@ def head_weights(
 
 
 def head_tf(weights: Sequence[tf.Variable], x: tf.Tensor, dueling: bool) -> tf.Tensor:
-    import tensorflow as tf
+    import tensorflow as tf  # not on import: the config checks here stay light
 
     if dueling:
         v = tf.matmul(x, weights[0]) + weights[1]
@@ -286,3 +327,23 @@ def head_np(weights: Sequence[np.ndarray], x: np.ndarray, dueling: bool) -> np.n
         a = x @ weights[2] + weights[3]
         return v + a - a.mean(axis=-1, keepdims=True)
     return x @ weights[0] + weights[1]
+
+
+def forward_np(
+    weights: Sequence[np.ndarray],
+    obs: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray] | None,
+    num_torso: int,
+    dueling: bool,
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """(Q [B, A], new state) of a Q-network with an MLP torso, in numpy (float32):
+    the torso (its first `num_torso` arrays), then with a `state` (h, c) the LSTM
+    core, then the head; the new state is None without one. What actors and the
+    evaluator run for MLP torsos (apex.agents.policy.ActingNetwork.numpy_step):
+    QNetwork.__call__ (state None) and RecurrentQNetwork.step, in one place."""
+    k = num_torso
+    x = torso_np(weights[:k], obs)
+    if state is None:
+        return head_np(weights[k:], x, dueling), None
+    h, c = lstm_np(x, state, weights[k], weights[k + 1])
+    return head_np(weights[k + 2 :], h, dueling), (h, c)

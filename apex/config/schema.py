@@ -1,7 +1,7 @@
 """The config dataclasses: every field of an apex program, with its default and
-what it means. Validation lives in apex.config.validation, the rate-limit
-planner in apex.config.planning, file loading and `--config.a.b=value`
-overrides in apex.config.overrides; `apex.config` re-exports all of them.
+what it means. Validation lives in apex.validation and the rate-limit planner
+in apex.planning (they consult the agents' builders); file loading and
+`--config.a.b=value` overrides in apex.config.overrides.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ INSERT_PRIORITIES = ("actor_td", "max_seen", "constant")
 PREPROCESSING = ("none", "atari")
 TORSOS = ("mlp", "conv")
 CONV_CHANNELS = ("auto", "first", "last")
+INFERENCE_MODES = ("local", "central")
 # Conv presets (filters, kernel, stride) per layer, VALID padding.
 CONV_PRESETS: dict[str, tuple[tuple[int, int, int], ...]] = {
     # Nature DQN (Mnih et al. 2015), for 84x84 Atari frames.
@@ -77,7 +78,8 @@ class ReplayConfig:
     samples_per_insert: float = 4.0
     """Target ratio of sampled to inserted transitions (SampleToInsertRatio)."""
     error_buffer: float | None = None
-    """Allowed deviation from samples_per_insert, in samples; None: auto."""
+    """Allowed deviation from samples_per_insert, in samples; None: auto
+    (effective_error_buffer)."""
     priority_exponent: float = 0.6
     """Alpha of the Prioritized sampler: P(i) ~ p_i ** alpha."""
     n_step: int = 3
@@ -168,7 +170,7 @@ class ActorConfig:
     """Where actors get Q-values: 'local' (each actor runs its own copy of the
     network on parameters it pulls) or 'central' (the inference node in the
     learner's process batches every actor's observations; actors hold no
-    network). Knobs in `inference`; apex/inference.py."""
+    network). Knobs in `inference`; apex/inference/."""
 
 
 @dataclasses.dataclass
@@ -382,3 +384,11 @@ class ApexConfig:
     """Where metrics, config and summary.json go ('' : runs/<time>-<config>)."""
     seed: int = 0
     """Seed of envs and exploration; actor i, slot j uses seed + 1000 * i + j."""
+
+
+def effective_error_buffer(replay: ReplayConfig, batch_size: int) -> float:
+    """The rate limiter's error buffer: the configured one, or a safe default."""
+    if replay.error_buffer is not None:
+        return float(replay.error_buffer)
+    spi = max(1.0, replay.samples_per_insert)
+    return float(max(10 * batch_size, replay.min_size * spi * 0.5, 4 * spi))

@@ -7,8 +7,6 @@ from collections.abc import Callable
 import reverb
 import tensorflow as tf
 
-from apex.replay.tables import TRANSITIONS_TABLE
-
 
 def make_dataset(
     server_address: str,
@@ -18,10 +16,11 @@ def make_dataset(
     prefetch: int = 8,
     in_flight_batches: int = 8,
     rate_limiter_timeout_ms: int = 1000,
-    table: str = TRANSITIONS_TABLE,
+    *,
+    table: str,
     transform: Callable[[dict], dict] | None = None,
 ) -> tf.data.Dataset:
-    """Batches of ReplaySample(info, data); data leaves have shape [B, ...].
+    """Batches of ReplaySample(info, data) of `table`; data leaves have shape [B, ...].
 
     One Reverb dataset with `num_workers` sampling streams (threads), each
     keeping `in_flight_batches` batches requested ahead. It is not wrapped in

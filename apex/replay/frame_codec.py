@@ -22,7 +22,7 @@ zstd through the maintained `zstandard` package, with one compression and one
 decompression context per thread (a context is not thread-safe; reusing one
 decodes a Pong frame in ~4 us where a one-shot call, which makes a context
 each time, takes ~17 us: the learner decodes 8 frames per sampled Ape-X item);
-lz4 through `cramjam` (pinned; Reverb's Snappy decoding in apex.replay.snappy
+lz4 through `cramjam` (pinned; Reverb's Snappy decoding in tools.replay_inspect.snappy
 uses it too).
 """
 
@@ -177,7 +177,7 @@ def is_blocks(value: object) -> bool:
 def tf_decode(values, shape: tuple[int, ...], dtype) -> object:
     """The learner's input: values [B, M] tf.string blocks -> [B, *shape]
     (shape = (M * G, *obs)) of `dtype`, decoded on the dataset's threads."""
-    import tensorflow as tf
+    import tensorflow as tf  # the learner's only: the tools decode without TF
 
     out = tf.numpy_function(decode_blocks, [values], tf.as_dtype(dtype))
     return tf.ensure_shape(out, [values.shape[0], *shape])

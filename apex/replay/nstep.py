@@ -1,4 +1,4 @@
-"""n-step transitions for a vector of envs, with Ape-X initial priorities.
+"""n-step transitions for a vector of envs, with what an initial priority needs.
 
 Edges (checked against an independent reference in tests/test_nstep.py):
   * a terminated episode does not bootstrap: its last transitions carry discount 0;
@@ -13,35 +13,49 @@ from __future__ import annotations
 
 import numpy as np
 
-TRANSITION_FIELDS = ("obs", "action", "reward", "discount", "next_obs", "slot", "version", "td")
+TRANSITION_FIELDS = (
+    "obs",
+    "action",
+    "reward",
+    "discount",
+    "next_obs",
+    "slot",
+    "version",
+    "q_taken",
+    "next_value",
+)
 
 
 class NStepAccumulator:
     """Turns per-step vector-env data into n-step transitions.
 
-    Call `add` once per vector step, after the envs stepped. It returns the
-    transitions completed by that step as a dict of stacked arrays (see
-    TRANSITION_FIELDS), or None when none completed:
+        Call `add` once per vector step, after the envs stepped. It returns the
+        transitions completed by that step as a dict of stacked arrays (see
+        TRANSITION_FIELDS), or None when none completed:
 
-      obs, action       the first step of the transition
-      reward            sum_{k<K} gamma^k r_k over K <= n rewards
-      discount          gamma^K, or 0 if the episode terminated within the K steps
-      next_obs          the observation to bootstrap from (the final one at an end)
-      slot, version     which env slot produced it and the parameter version acted with
-      td                reward + discount * next_value - q_taken (the actor's n-step TD)
+          obs, action       the first step of the transition
+          reward            sum_{k<K} gamma^k r_k over K <= n rewards
+          discount          gamma^K, or 0 if the episode terminated within the K steps
+          next_obs          the observation to bootstrap from (the final one at an end)
+          slot, version     which env slot produced it and the parameter version acted with
+          q_taken           the acting network's Q(obs, action) (float64)
+          next_value        the acting network's max_a Q(next_obs, a) (float64)
 
-    Rows come slot by slot (ascending); an ended slot gives all its pending
-    transitions, oldest first. The pending steps live in numpy ring buffers
-    indexed [step % n, slot], so a step costs a few array operations whatever
-    the number of envs; only slots whose episode ended are handled one by one.
+    The agent turns the last two into its initial priority (the n-step TD:
+    apex.agents.dqn.acting.VectorActor.priority_td).
 
-    Example:
-        >>> acc = NStepAccumulator(num_envs=1, n=2, discount=0.5)
-        >>> o = np.zeros((1, 1), np.float32)
-        >>> acc.add(o, [0], [0.0], [0], [1.0], [False], [False], o + 1, [0.0])  # 1 step: none yet
-        >>> out = acc.add(o + 1, [1], [0.0], [0], [1.0], [True], [False], o + 2, [0.0])
-        >>> out['reward'].tolist(), out['discount'].tolist()
-        ([1.5, 1.0], [0.0, 0.0])
+        Rows come slot by slot (ascending); an ended slot gives all its pending
+        transitions, oldest first. The pending steps live in numpy ring buffers
+        indexed [step % n, slot], so a step costs a few array operations whatever
+        the number of envs; only slots whose episode ended are handled one by one.
+
+        Example:
+            >>> acc = NStepAccumulator(num_envs=1, n=2, discount=0.5)
+            >>> o = np.zeros((1, 1), np.float32)
+            >>> acc.add(o, [0], [0.0], [0], [1.0], [False], [False], o + 1, [0.0])  # 1 step: none yet
+            >>> out = acc.add(o + 1, [1], [0.0], [0], [1.0], [True], [False], o + 2, [0.0])
+            >>> out['reward'].tolist(), out['discount'].tolist()
+            ([1.5, 1.0], [0.0, 0.0])
     """
 
     def __init__(self, num_envs: int, n: int, discount: float):
@@ -135,7 +149,8 @@ class NStepAccumulator:
             "next_obs": np.asarray(next_obs)[slot],
             "slot": slot.astype(np.int32),
             "version": self._version[row, slot],
-            "td": (ret + disc * next_value[slot] - self._q[row, slot]).astype(np.float32),
+            "q_taken": self._q[row, slot],
+            "next_value": next_value[slot],
         }
 
     def reset_slot(self, slot: int) -> None:

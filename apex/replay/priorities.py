@@ -1,56 +1,39 @@
-"""Priorities: the actor's initial priorities, importance weights and the
-asynchronous priority updater of the learner."""
+"""Priorities: importance weights and the asynchronous priority updater of the
+learner (an actor's initial priorities are its own: apex.agents.acting)."""
 
 from __future__ import annotations
 
 import queue
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import reverb
 
-from apex.replay.tables import TRANSITIONS_TABLE
 
+def importance_weights(probabilities: Any, table_size: Any, beta: float, xp: Any = np) -> Any:
+    """w_i = (N * P(i)) ** -beta over the batch's maximum (Schaul et al. 2016), float64.
 
-def initial_priorities(
-    td: np.ndarray,
-    policy: str,
-    *,
-    epsilon: float = 1e-3,
-    constant: float = 1.0,
-    max_seen: float | None = None,
-) -> np.ndarray:
-    """Priorities of new transitions under an insert policy.
-
-    actor_td: |td| + epsilon (Ape-X: the actor's own n-step TD error);
-    max_seen: the largest priority the learner has set so far (constant before any);
-    constant: `constant` for every item.
+    The one rule of the importance weights: the learner's SGD step calls it
+    traced with `xp=tf` (tensors in, a float64 tensor out), tools and tests
+    with numpy (the default). `probabilities` are P(i) of the batch's items,
+    `table_size` N (a scalar or one per item). With sharded replay
+    (apex.replay.sharded) the learner passes P(i) = q_s * p_i^alpha / M_s and
+    N the total size over every shard.
 
     Example:
-        >>> initial_priorities(np.array([-2.0, 0.5]), 'actor_td', epsilon=0.0).tolist()
-        [2.0, 0.5]
+        >>> importance_weights(np.array([0.5, 0.125]), 8, beta=0.5).tolist()
+        [0.5, 1.0]
     """
-    td = np.asarray(td, np.float64)
-    if policy == "actor_td":
-        return np.abs(td) + epsilon
-    if policy == "max_seen":
-        return np.full(td.shape, max_seen if max_seen else constant)
-    if policy == "constant":
-        return np.full(td.shape, constant)
-    raise ValueError(
-        f"insert_priority={policy!r} is invalid: expected one of ['actor_td', 'max_seen', 'constant']"
-    )
-
-
-def importance_weights(
-    probabilities: np.ndarray, table_size: np.ndarray | int, beta: float
-) -> np.ndarray:
-    """w_i = (N * P(i)) ** -beta, normalised by the batch maximum (Schaul et al. 2016)."""
-    p = np.asarray(probabilities, np.float64)
-    n = np.asarray(table_size, np.float64)
-    w = (n * p) ** (-beta)
-    return w / w.max()
+    if xp is np:
+        p, n = np.asarray(probabilities, np.float64), np.asarray(table_size, np.float64)
+        reduce_max = np.max
+    else:
+        p, n = xp.cast(probabilities, xp.float64), xp.cast(table_size, xp.float64)
+        reduce_max = xp.reduce_max
+    w = (n * p) ** (-float(beta))
+    return w / reduce_max(w)
 
 
 class PriorityUpdater:
@@ -64,8 +47,8 @@ class PriorityUpdater:
     def __init__(
         self,
         client: reverb.Client,
+        table: str,
         merge: int = 4,
-        table: str = TRANSITIONS_TABLE,
         name: str = "priority-updater",
     ):
         self._client = client
@@ -73,10 +56,10 @@ class PriorityUpdater:
         self._merge = max(1, int(merge))
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        # Keys of mutate_priorities calls: made (attempted), returned (sent,
-        # i.e. acknowledged), raised (failed); attempted - sent are failed or in flight.
+        # Keys of mutate_priorities calls: made (sent), returned (acked: the
+        # server acknowledged them), raised (failed); sent - acked are failed or in flight.
         self.updates_sent = 0
-        self.updates_attempted = 0
+        self.updates_acked = 0
         self.updates_failed = 0
         self.last_error: str | None = None  # the latest failed call's error, one line
         self.calls = 0
@@ -133,10 +116,10 @@ class PriorityUpdater:
         if not pending:
             return
         t0 = time.perf_counter()
-        self.updates_attempted += len(pending)
+        self.updates_sent += len(pending)
         try:
             self._client.mutate_priorities(self._table, updates=pending)
-            self.updates_sent += len(pending)
+            self.updates_acked += len(pending)
         except Exception as err:  # noqa: BLE001 - a dead server must not kill the learner's thread
             self.errors += 1
             self.updates_failed += len(pending)

@@ -28,7 +28,9 @@ Note: a batch is one shard's, so q_s, N and M_s are the same for every item of
 it and cancel in the normalisation by the batch's maximum: the weights are
 (min_j p_j / p_i)^(alpha * beta) over the batch, whatever the readiness was
 (and equal to one table's for the same items). They are computed by the rule
-all the same (another normalisation would need them).
+all the same (another normalisation would need them): the learner passes
+q_s * probability and N to apex.replay.priorities.importance_weights, the
+one owner of the formula.
 """
 
 from __future__ import annotations
@@ -54,26 +56,14 @@ class ShardBatch(NamedTuple):
     shard: int
     """The shard every item of the batch came from."""
     sample: Any
-    """The shard dataset's element: a reverb.ReplaySample (info, data) of [B, ...]."""
+    """The shard dataset's element: a reverb.ReplaySample (info, data) of [B, ...]
+    (data as the dataset's transform, if any, left it)."""
     q: float
     """1 / (shards ready at this draw): the probability this shard was picked."""
     ready: tuple[int, ...]
     """The shards that had a batch ready at this draw (this one among them)."""
     total_size: int
     """N: the latest known sizes of every shard, summed."""
-
-
-def shard_importance_weights(probability: Any, q: Any, total_size: Any, beta: float) -> tf.Tensor:
-    """(N * q_s * probability) ** -beta over the batch's maximum, as float32.
-
-    `probability` is Reverb's SampleInfo.probability (p_i^alpha / M_s, within
-    the item's shard), `q` the pick probability of the shard, `total_size` N.
-    Works eagerly and traced; the numpy reference is
-    apex.replay.priorities.importance_weights(q * probability, N, beta).
-    """
-    p = tf.cast(q, tf.float64) * tf.cast(probability, tf.float64)
-    w = tf.pow(tf.cast(total_size, tf.float64) * p, -float(beta))
-    return tf.cast(w / tf.reduce_max(w), tf.float32)
 
 
 class ShardedSampler:
@@ -263,8 +253,9 @@ class ShardedPriorityUpdater:
     from. With one shard it is that shard's updater and nothing else.
 
     Per shard, `sent` counts keys handed to mutate_priorities calls and `acked`
-    keys of calls that returned; `unacked` = sent - acked (failed calls, and a
-    call still in flight).
+    keys of calls that returned (the shard acknowledged them); `unacked` =
+    sent - acked (failed calls, and a call still in flight). The same words as
+    PriorityUpdater's updates_sent / updates_acked.
     """
 
     def __init__(self, clients: Sequence[reverb.Client], merge: int, table: str):
@@ -311,9 +302,10 @@ class ShardedPriorityUpdater:
             u.max_priority = float(value)
 
     @property
-    def updates_sent(self) -> int:
-        """Keys whose update a shard acknowledged (learner/priority_updates)."""
-        return sum(u.updates_sent for u in self.updaters)
+    def updates_acked(self) -> int:
+        """Keys whose update a shard acknowledged, over every shard
+        (learner/priority_updates)."""
+        return sum(u.updates_acked for u in self.updaters)
 
     @property
     def calls(self) -> int:
@@ -325,11 +317,11 @@ class ShardedPriorityUpdater:
 
     def sent(self) -> list[int]:
         """Per shard: keys handed to mutate_priorities calls."""
-        return [u.updates_attempted for u in self.updaters]
+        return [u.updates_sent for u in self.updaters]
 
     def acked(self) -> list[int]:
         """Per shard: keys of mutate_priorities calls that returned."""
-        return [u.updates_sent for u in self.updaters]
+        return [u.updates_acked for u in self.updaters]
 
     def failed(self) -> list[int]:
         """Per shard: keys of mutate_priorities calls that raised."""
@@ -337,6 +329,7 @@ class ShardedPriorityUpdater:
 
     @property
     def unacked(self) -> int:
+        """Keys sent but not acknowledged, over every shard."""
         return sum(self.sent()) - sum(self.acked())
 
     def last_errors(self) -> list[str | None]:

@@ -1,5 +1,8 @@
-"""The Reverb tables: n-step transitions (Ape-X DQN) or sequences (R2D2);
-signatures, selectors, rate limiter."""
+"""The Reverb table an agent writes and samples, and the item layouts it can hold:
+n-step transitions and sequences (signatures, column layouts, unpacking; the
+writer packs: apex.replay.writer), the prioritized selector and the rate limiter. Which table and which signature a
+program uses is its agent's builder's choice (apex.agents): names and
+signatures come in as arguments."""
 
 from __future__ import annotations
 
@@ -9,17 +12,9 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from apex.agents import get_builder
-from apex.agents.dqn.builder import TRANSITIONS_TABLE  # noqa: F401 - re-exported
-from apex.agents.r2d2.builder import SEQUENCES_TABLE  # noqa: F401 - re-exported
 from apex.config import ApexConfig, effective_error_buffer
-from apex.envs import EnvSpec
 from apex.replay.frame_codec import compresses, decode_blocks, is_blocks, sequence_block, tf_decode
-
-
-def table_name(config: ApexConfig) -> str:
-    """The table a program of `config` writes and samples (its agent's builder's)."""
-    return get_builder(config).table
+from apex.specs import EnvSpec
 
 
 def _provenance() -> dict[str, tf.TensorSpec]:
@@ -95,23 +90,6 @@ def frame_transition_signature(
         "next_obs_frames": stack,
         "meta": tf.TensorSpec([width], tf.float64),
     }
-
-
-def pack_transitions(
-    batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
-) -> dict[str, np.ndarray]:
-    """Rows of `batch` (NStepAccumulator.add's output) as the three stored columns."""
-    fields = {**batch, "epsilon": epsilons, "actor": actor, "slot": slots, "insert_time": now}
-    out = {"obs_pair": np.stack([batch["obs"], batch["next_obs"]], axis=1)}
-    n = len(batch["action"])
-    for column, names, dtype in (
-        ("scalars", TRANSITION_SCALARS, np.float32),
-        ("provenance", TRANSITION_PROVENANCE, np.float64),
-    ):
-        out[column] = np.empty((n, len(names)), dtype)
-        for i, name in enumerate(names):
-            out[column][:, i] = fields[name]
-    return out
 
 
 def unpack_item(data: dict) -> dict:
@@ -243,30 +221,6 @@ def frame_sequence_signature(
     }
 
 
-def pack_sequences(
-    batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(floats [N, 4L + 2H] float32, meta [N, 6] float64) of the sequences of
-    `batch` (SequenceAccumulator.add's output)."""
-    floats = np.concatenate(
-        [np.asarray(batch[k], np.float32) for k in SEQUENCE_STEP_FIELDS]
-        + [np.asarray(batch["state_h"], np.float32), np.asarray(batch["state_c"], np.float32)],
-        axis=1,
-    )
-    fields = {
-        "start_step": batch["start_step"],
-        "actor": actor,
-        "slot": slots,
-        "epsilon": epsilons,
-        "version": batch["version"],
-        "insert_time": now,
-    }
-    meta = np.empty((len(floats), len(SEQUENCE_META)), np.float64)
-    for i, name in enumerate(SEQUENCE_META):
-        meta[:, i] = fields[name]
-    return floats, meta
-
-
 def unpack_sequences(data: dict, xp: Any = np, obs: tuple | None = None) -> dict:
     """sequence_signature's fields of sequences of the frame layout with a
     leading batch axis; other data as it is. `xp` is numpy (tools) or
@@ -292,11 +246,6 @@ def unpack_sequences(data: dict, xp: Any = np, obs: tuple | None = None) -> dict
     return out
 
 
-def item_signature(config: ApexConfig, spec: EnvSpec) -> dict[str, tf.TensorSpec]:
-    """The signature of the items of `config`'s table (its agent's builder's)."""
-    return get_builder(config).item_signature(config, spec)
-
-
 def make_rate_limiter(config: ApexConfig) -> reverb.rate_limiters.RateLimiter:
     r = config.replay
     return reverb.rate_limiters.SampleToInsertRatio(
@@ -306,15 +255,15 @@ def make_rate_limiter(config: ApexConfig) -> reverb.rate_limiters.RateLimiter:
     )
 
 
-def make_tables(config: ApexConfig, spec: EnvSpec) -> list[reverb.Table]:
-    """The program's tables: one prioritized FIFO table of transitions or sequences."""
-    return [
-        reverb.Table(
-            name=table_name(config),
-            sampler=reverb.selectors.Prioritized(config.replay.priority_exponent),
-            remover=reverb.selectors.Fifo(),
-            max_size=int(config.replay.capacity),
-            rate_limiter=make_rate_limiter(config),
-            signature=item_signature(config, spec),
-        )
-    ]
+def make_table(name: str, signature: dict[str, tf.TensorSpec], config: ApexConfig) -> reverb.Table:
+    """One prioritized FIFO table `name` of items of `signature`, sized and rate
+    limited by `config`'s replay section (an agent's builder makes its tables
+    with it: apex.agents.AgentBuilder.make_tables)."""
+    return reverb.Table(
+        name=name,
+        sampler=reverb.selectors.Prioritized(config.replay.priority_exponent),
+        remover=reverb.selectors.Fifo(),
+        max_size=int(config.replay.capacity),
+        rate_limiter=make_rate_limiter(config),
+        signature=signature,
+    )

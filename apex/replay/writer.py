@@ -14,10 +14,10 @@ import tree
 from apex import compat
 from apex.replay.frame_codec import compresses, encode, sequence_block
 from apex.replay.tables import (
-    SEQUENCES_TABLE,
-    TRANSITIONS_TABLE,
-    pack_sequences,
-    pack_transitions,
+    SEQUENCE_META,
+    SEQUENCE_STEP_FIELDS,
+    TRANSITION_PROVENANCE,
+    TRANSITION_SCALARS,
 )
 
 # How items are written: one Reverb item per transition (or R2D2 sequence),
@@ -39,6 +39,50 @@ from apex.replay.tables import (
 # env steps/s.
 
 
+# Items as the table's columns (the layouts: apex.replay.tables; unpacked there).
+
+
+def pack_transitions(
+    batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
+) -> dict[str, np.ndarray]:
+    """Rows of `batch` (NStepAccumulator.add's output) as the three stored columns."""
+    fields = {**batch, "epsilon": epsilons, "actor": actor, "slot": slots, "insert_time": now}
+    out = {"obs_pair": np.stack([batch["obs"], batch["next_obs"]], axis=1)}
+    n = len(batch["action"])
+    for column, names, dtype in (
+        ("scalars", TRANSITION_SCALARS, np.float32),
+        ("provenance", TRANSITION_PROVENANCE, np.float64),
+    ):
+        out[column] = np.empty((n, len(names)), dtype)
+        for i, name in enumerate(names):
+            out[column][:, i] = fields[name]
+    return out
+
+
+def pack_sequences(
+    batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(floats [N, 4L + 2H] float32, meta [N, 6] float64) of the sequences of
+    `batch` (SequenceAccumulator.add's output)."""
+    floats = np.concatenate(
+        [np.asarray(batch[k], np.float32) for k in SEQUENCE_STEP_FIELDS]
+        + [np.asarray(batch["state_h"], np.float32), np.asarray(batch["state_c"], np.float32)],
+        axis=1,
+    )
+    fields = {
+        "start_step": batch["start_step"],
+        "actor": actor,
+        "slot": slots,
+        "epsilon": epsilons,
+        "version": batch["version"],
+        "insert_time": now,
+    }
+    meta = np.empty((len(floats), len(SEQUENCE_META)), np.float64)
+    for i, name in enumerate(SEQUENCE_META):
+        meta[:, i] = fields[name]
+    return floats, meta
+
+
 class TransitionWriter:
     """Inserts batches of transitions, one Reverb item each, with their priorities.
 
@@ -51,25 +95,29 @@ class TransitionWriter:
     context manager so buffered items are flushed on exit.
 
     Example:
-        >>> with TransitionWriter(client, actor_id=0, epsilons=eps) as w:
+        >>> with TransitionWriter(client, "transitions", actor_id=0, epsilons=eps) as w:
         ...     w.write(batch, priorities)
-    """
 
-    TABLE = TRANSITIONS_TABLE
+    Args:
+      client: the replay's reverb.Client.
+      table: the table the items go to (the agent's: its builder's `table`).
+      actor_id, epsilons, slot_offset: the provenance of the actor's items
+        (its env slot j is global slot slot_offset + j, with epsilons[j]).
+    """
 
     def __init__(
         self,
         client: reverb.Client,
+        table: str,
         actor_id: int,
         epsilons: np.ndarray,
         slot_offset: int = 0,
         chunk_length: int = 16,
-        table: str | None = None,
         max_in_flight_items: int = 48,
         should_stop: Callable[[], bool] | None = None,
     ):
         self._client = client
-        self._table = table or self.TABLE
+        self._table = table
         self._actor = np.int32(actor_id)
         self._epsilons = np.asarray(epsilons, np.float32)
         self._slot_offset = int(slot_offset)
@@ -84,6 +132,8 @@ class TransitionWriter:
         self._frames: _FrameStreams | None = None  # set by start_frames
 
     # ------------------------------------------------ frames stored once (issue 16)
+    can_store_frames = True  # ItemWriter (apex.roles): start_frames is offered
+
     @property
     def stores_frames(self) -> bool:
         """True once start_frames was called: `write` then takes frame positions."""
@@ -366,7 +416,6 @@ class SequenceWriter(TransitionWriter):
         "state_c",
         "start_step",
     )
-    TABLE = SEQUENCES_TABLE
 
     def __init__(
         self,

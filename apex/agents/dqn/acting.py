@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from apex.agents.acting import Actor
-from apex.envs import to_observation
+from apex.agents.dqn.networks import ACTING
 from apex.replay.nstep import NStepAccumulator
+from apex.replay.tables import stores_frames
 
 
 class VectorActor(Actor):
@@ -22,9 +23,9 @@ class VectorActor(Actor):
     writer turns positions into references to frame windows.
     """
 
-    def _stores_frames(self, spec) -> bool:
-        from apex.replay.tables import stores_frames
+    network = ACTING
 
+    def _stores_frames(self, spec) -> bool:
         return stores_frames(self._config, spec)
 
     def _make_accumulator(self) -> NStepAccumulator:
@@ -54,8 +55,7 @@ class VectorActor(Actor):
             terminated[j] = term
             truncated[j] = trunc
             if term or trunc:
-                o2, _ = env.reset()
-                reset_obs[j] = to_observation(o2)
+                reset_obs[j], _ = env.reset()  # the stored type already (apex.envs)
         # One forward pass serves both the next action and the bootstrap value:
         # rows of ended episodes get their reset observation; truncated ones
         # also need Q(final obs), computed for those rows only.
@@ -86,7 +86,7 @@ class VectorActor(Actor):
             next_in,
             next_value,
         )
-        written = 0 if batch is None else self._write(batch, batch["td"])
+        written = 0 if batch is None else self._write(batch)
         if frames is not None:  # after the ended episodes' items: their frames go first
             for j, o in reset_obs.items():
                 next_in[j] = frames.restart_frames(j, o)
@@ -97,3 +97,12 @@ class VectorActor(Actor):
         self.env_steps += e
         self.items_written += written
         return written
+
+    def priority_td(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        return nstep_td(batch)
+
+
+def nstep_td(batch: dict[str, np.ndarray]) -> np.ndarray:
+    """The n-step TD of each transition of `batch` (NStepAccumulator.add's output)
+    with the acting Q-values: reward + discount * max_a Q(next_obs, a) - Q(obs, action)."""
+    return batch["reward"] + batch["discount"] * batch["next_value"] - batch["q_taken"]

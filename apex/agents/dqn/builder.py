@@ -21,7 +21,7 @@ class ApexDQNBuilder(AgentBuilder):
     recurrent = False
 
     def item_signature(self, config, spec):
-        from apex.replay.tables import (
+        from apex.replay.tables import (  # TensorFlow: not on import
             frame_transition_signature,
             stores_frames,
             transition_signature,
@@ -32,47 +32,36 @@ class ApexDQNBuilder(AgentBuilder):
         return transition_signature(spec)
 
     def input_transform(self, config, spec) -> Callable[[dict], dict]:
-        import tensorflow as tf
+        import tensorflow as tf  # not on import: validation and planning stay light
 
-        from apex.replay.tables import unpack_transitions
+        from apex.replay.tables import unpack_transitions  # TensorFlow: not on import
 
         obs = (tuple(spec.observation_shape), spec.observation_dtype)
         return functools.partial(unpack_transitions, xp=tf, obs=obs)
 
     def make_writer(self, client, actor_id, epsilons, slot_offset, should_stop):
-        from apex.replay.writer import TransitionWriter
+        from apex.replay.writer import TransitionWriter  # Reverb: not on import
 
         return TransitionWriter(
             client,
+            self.table,
             actor_id,
             epsilons,
             slot_offset=slot_offset,
-            table=self.table,
             should_stop=should_stop,
         )
 
-    def make_network(self, config, spec, seed: int = 0):
-        from apex.agents.dqn.networks import QNetwork
+    def acting_network(self):
+        from apex.agents.dqn.networks import ACTING  # TensorFlow: not on import
 
-        lc = config.learner
-        return QNetwork(
-            spec.observation_shape,
-            spec.num_actions,
-            lc.hidden_sizes,
-            dueling=lc.dueling,
-            seed=seed,
-            torso=lc.torso,
-            conv_layers=lc.conv_layers,
-            conv_channels=lc.conv_channels,
-            observation_scale=spec.observation_scale,
-        )
+        return ACTING
 
     def make_actor(self, config, actor_id, variable_source, writer, **kwargs: Any):
-        from apex.agents.dqn.acting import VectorActor
+        from apex.agents.dqn.acting import VectorActor  # TensorFlow: not on import
 
         return VectorActor(config, actor_id, variable_source, writer, **kwargs)
 
     def loss(self, config, online, target, data, weights):
-        from apex.agents.dqn.losses import dqn_loss
+        from apex.agents.dqn.losses import dqn_loss  # TensorFlow: not on import
 
         return dqn_loss(online, target, data, weights, config.learner.huber_delta)

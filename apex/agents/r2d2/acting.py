@@ -1,14 +1,16 @@
 """The R2D2 actor: a vector of epsilon-greedy envs with one recurrent state
-per slot, one batched forward pass per step, overlapping sequences out."""
+per slot, one batched forward pass per step, overlapping sequences out, with
+initial priorities from R2D2's targets on the actor's own Q-values, in numpy
+(the learner's TF form: apex.agents.r2d2.losses)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from apex.agents.acting import Actor
-from apex.agents.r2d2.losses import sequence_priorities_np, sequence_td_np, train_mask_np
-from apex.envs import to_observation
+from apex.agents.r2d2.networks import ACTING
 from apex.replay.sequences import SequenceAccumulator
+from apex.replay.tables import sequence_stores_frames
 
 
 class RecurrentActor(Actor):
@@ -22,14 +24,14 @@ class RecurrentActor(Actor):
     position in its slot's stream instead of the observation itself.
     """
 
+    network = ACTING
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._state = self._qs.initial_state(self._num_envs)
         self._discount = float(self._config.replay.discount)
 
     def _stores_frames(self, spec) -> bool:
-        from apex.replay.tables import sequence_stores_frames
-
         return sequence_stores_frames(self._config, spec)
 
     def _make_accumulator(self) -> SequenceAccumulator:
@@ -42,7 +44,7 @@ class RecurrentActor(Actor):
             q.skip_burn_in_at_episode_start,
         )
 
-    def sequence_td(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+    def priority_td(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """The eta-mixed |TD| of each sequence of `batch`, from the actor's Q-values."""
         q = self._config.r2d2
         td, valid = sequence_td_np(
@@ -83,7 +85,7 @@ class RecurrentActor(Actor):
                 done[j] = True
                 ended.append(j)
                 o, _ = env.reset()
-            next_obs[j] = to_observation(o)
+            next_obs[j] = o  # the stored type already (apex.envs)
         frames = self._frame_writer()
         obs_in = self._obs
         if frames is not None:  # positions in each slot's stream stand for the obs
@@ -112,7 +114,7 @@ class RecurrentActor(Actor):
             h[ended] = 0.0
             c[ended] = 0.0
         self._state = (h, c)
-        written = 0 if batch is None else self._write(batch, self.sequence_td(batch))
+        written = 0 if batch is None else self._write(batch)
         if frames is not None:  # after the ended episodes' padding
             self._positions = frames.append_frames(next_obs, episode_starts=ended)
         self._end_episodes(rewards, ended)
@@ -120,3 +122,86 @@ class RecurrentActor(Actor):
         self.env_steps += e
         self.items_written += written
         return written
+
+
+# The actor's initial priorities: R2D2's targets in numpy, as the learner's loss
+# computes them in TF (apex.agents.r2d2.losses: the sequence conventions; tests
+# check the two forms agree).
+
+
+def rescale_np(x: np.ndarray, eps: float) -> np.ndarray:
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (Pohlen et al. 2018)."""
+    return np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def unrescale_np(x: np.ndarray, eps: float) -> np.ndarray:
+    """The exact inverse of h."""
+    if eps == 0:
+        return np.sign(x) * ((np.abs(x) + 1.0) ** 2 - 1.0)
+    root = (np.sqrt(1.0 + 4.0 * eps * (np.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return np.sign(x) * (root**2 - 1.0)
+
+
+def _shift_np(x: np.ndarray, i: int) -> np.ndarray:
+    """x[:, t + i] at position t, zero past the end."""
+    if i == 0:
+        return x
+    out = np.zeros_like(x)
+    out[:, :-i] = x[:, i:]
+    return out
+
+
+def sequence_td_np(
+    q: np.ndarray,
+    action: np.ndarray,
+    reward: np.ndarray,
+    discount: np.ndarray,
+    mask: np.ndarray,
+    n: int,
+    rescaling: bool,
+    eps: float,
+    q_target: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(td [B, T], valid [B, T]) from Q-values [B, T, A] (q_target defaults to q)."""
+    q = np.asarray(q, np.float64)
+    q_target = q if q_target is None else np.asarray(q_target, np.float64)
+    b, t_len = mask.shape
+    mask = mask.astype(np.float64)
+    disc = discount.astype(np.float64)
+    complete = mask * np.maximum(_shift_np(mask, 1), (disc == 0).astype(np.float64))
+    alive = np.ones((b, t_len))
+    dprod = np.ones((b, t_len))
+    ret = np.zeros((b, t_len))
+    k = np.zeros((b, t_len), np.int64)
+    boot_disc = np.zeros((b, t_len))
+    for i in range(n):
+        alive = alive * _shift_np(complete, i)
+        ret += alive * dprod * _shift_np(reward.astype(np.float64), i)
+        dprod = dprod * np.where(alive > 0, _shift_np(disc, i), 1.0)
+        k += alive.astype(np.int64)
+        boot_disc = np.where(alive > 0, dprod, boot_disc)
+    idx = np.minimum(np.arange(t_len)[None, :] + k, t_len - 1)
+    rows = np.arange(b)[:, None]
+    best = q[rows, idx].argmax(axis=-1)
+    boot = q_target[rows, idx, best]
+    if rescaling:
+        target = rescale_np(ret + boot_disc * unrescale_np(boot, eps), eps)
+    else:
+        target = ret + boot_disc * boot
+    q_taken = np.take_along_axis(q, action[..., None].astype(np.int64), axis=-1)[..., 0]
+    valid = (k >= 1).astype(np.float64)
+    return (target - q_taken) * valid, valid
+
+
+def train_mask_np(valid: np.ndarray, start_step: np.ndarray, burn_in: int, skip_at_start: bool):
+    """Steps that are trained: valid targets after the burn-in (or all, at episode start)."""
+    t = np.arange(valid.shape[1])[None, :]
+    trained = (t >= burn_in) | (skip_at_start & (np.asarray(start_step)[:, None] == 0))
+    return valid * trained
+
+
+def sequence_priorities_np(td: np.ndarray, weight: np.ndarray, eta: float) -> np.ndarray:
+    """eta * max_t |td| + (1 - eta) * mean_t |td| over the steps where weight is 1."""
+    a = np.abs(td) * weight
+    count = np.maximum(weight.sum(axis=1), 1.0)
+    return eta * a.max(axis=1) + (1.0 - eta) * a.sum(axis=1) / count

@@ -46,7 +46,7 @@ class R2D2Builder(AgentBuilder):
             )
 
     def item_signature(self, config, spec):
-        from apex.replay.tables import (
+        from apex.replay.tables import (  # TensorFlow: not on import
             frame_sequence_signature,
             sequence_signature,
             sequence_stores_frames,
@@ -66,48 +66,36 @@ class R2D2Builder(AgentBuilder):
     def input_transform(self, config, spec) -> Callable[[dict], dict]:
         """Sequences of the frame layout back to sequence_signature's fields
         (apex.replay.tables.unpack_sequences); packed ones pass as they are."""
-        import tensorflow as tf
+        import tensorflow as tf  # not on import: validation and planning stay light
 
-        from apex.replay.tables import unpack_sequences
+        from apex.replay.tables import unpack_sequences  # TensorFlow: not on import
 
         obs = ((config.r2d2.sequence_length, *spec.observation_shape), spec.observation_dtype)
         return lambda data: unpack_sequences(data, tf, obs)
 
     def make_writer(self, client, actor_id, epsilons, slot_offset, should_stop):
-        from apex.replay.writer import SequenceWriter
+        from apex.replay.writer import SequenceWriter  # Reverb: not on import
 
         return SequenceWriter(
             client,
+            self.table,
             actor_id,
             epsilons,
             slot_offset=slot_offset,
-            table=self.table,
             should_stop=should_stop,
         )
 
-    def make_network(self, config, spec, seed: int = 0):
-        from apex.agents.r2d2.networks import RecurrentQNetwork
+    def acting_network(self):
+        from apex.agents.r2d2.networks import ACTING  # TensorFlow: not on import
 
-        lc = config.learner
-        return RecurrentQNetwork(
-            spec.observation_shape,
-            spec.num_actions,
-            lc.hidden_sizes,
-            config.r2d2.lstm_size,
-            dueling=lc.dueling,
-            seed=seed,
-            torso=lc.torso,
-            conv_layers=lc.conv_layers,
-            conv_channels=lc.conv_channels,
-            observation_scale=spec.observation_scale,
-        )
+        return ACTING
 
     def make_actor(self, config, actor_id, variable_source, writer, **kwargs: Any):
-        from apex.agents.r2d2.acting import RecurrentActor
+        from apex.agents.r2d2.acting import RecurrentActor  # TensorFlow: not on import
 
         return RecurrentActor(config, actor_id, variable_source, writer, **kwargs)
 
     def loss(self, config, online, target, data, weights):
-        from apex.agents.r2d2.learning import r2d2_loss
+        from apex.agents.r2d2.losses import r2d2_loss  # TensorFlow: not on import
 
         return r2d2_loss(online, target, data, weights, config)

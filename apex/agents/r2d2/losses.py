@@ -1,6 +1,9 @@
-"""R2D2's targets: value rescaling, n-step double-Q TD errors over sequences
-and eta-mixed sequence priorities. Each has a numpy form (the actors' initial
-priorities) and a TF form (the learner); tests check they agree.
+"""R2D2's loss and targets in TF: value rescaling, n-step double-Q TD errors
+over sequences, eta-mixed sequence priorities and the loss the generic learner
+(apex.learner) minimises (`r2d2_loss`: burn-in from the stored state,
+importance weights). The actors compute the same targets in numpy for their
+initial priorities (apex.agents.r2d2.acting: rescale_np, sequence_td_np,
+train_mask_np, sequence_priorities_np); tests check the two forms agree.
 
 Sequence conventions (see apex.replay.tables.sequence_signature): step t has
 reward r_t, discount d_t (gamma, or 0 where the episode terminated at t) and
@@ -18,41 +21,22 @@ truncated episode, has no next observation and is not trained in that item.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
-
-def rescale_np(x: np.ndarray, eps: float) -> np.ndarray:
-    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (Pohlen et al. 2018)."""
-    return np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + eps * x
-
-
-def unrescale_np(x: np.ndarray, eps: float) -> np.ndarray:
-    """The exact inverse of h."""
-    if eps == 0:
-        return np.sign(x) * ((np.abs(x) + 1.0) ** 2 - 1.0)
-    root = (np.sqrt(1.0 + 4.0 * eps * (np.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return np.sign(x) * (root**2 - 1.0)
+from apex.config import ApexConfig
 
 
 def rescale_tf(x: tf.Tensor, eps: float) -> tf.Tensor:
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (Pohlen et al. 2018)."""
     return tf.sign(x) * (tf.sqrt(tf.abs(x) + 1.0) - 1.0) + eps * x
 
 
 def unrescale_tf(x: tf.Tensor, eps: float) -> tf.Tensor:
+    """The exact inverse of h."""
     if eps == 0:
         return tf.sign(x) * (tf.square(tf.abs(x) + 1.0) - 1.0)
     root = (tf.sqrt(1.0 + 4.0 * eps * (tf.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
     return tf.sign(x) * (tf.square(root) - 1.0)
-
-
-def _shift_np(x: np.ndarray, i: int) -> np.ndarray:
-    """x[:, t + i] at position t, zero past the end."""
-    if i == 0:
-        return x
-    out = np.zeros_like(x)
-    out[:, :-i] = x[:, i:]
-    return out
 
 
 def _shift_tf(x: tf.Tensor, i: int) -> tf.Tensor:
@@ -61,48 +45,6 @@ def _shift_tf(x: tf.Tensor, i: int) -> tf.Tensor:
     if i >= x.shape[1]:
         return tf.zeros_like(x)
     return tf.pad(x[:, i:], [[0, 0], [0, i]])
-
-
-def sequence_td_np(
-    q: np.ndarray,
-    action: np.ndarray,
-    reward: np.ndarray,
-    discount: np.ndarray,
-    mask: np.ndarray,
-    n: int,
-    rescaling: bool,
-    eps: float,
-    q_target: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(td [B, T], valid [B, T]) from Q-values [B, T, A] (q_target defaults to q)."""
-    q = np.asarray(q, np.float64)
-    q_target = q if q_target is None else np.asarray(q_target, np.float64)
-    b, t_len = mask.shape
-    mask = mask.astype(np.float64)
-    disc = discount.astype(np.float64)
-    complete = mask * np.maximum(_shift_np(mask, 1), (disc == 0).astype(np.float64))
-    alive = np.ones((b, t_len))
-    dprod = np.ones((b, t_len))
-    ret = np.zeros((b, t_len))
-    k = np.zeros((b, t_len), np.int64)
-    boot_disc = np.zeros((b, t_len))
-    for i in range(n):
-        alive = alive * _shift_np(complete, i)
-        ret += alive * dprod * _shift_np(reward.astype(np.float64), i)
-        dprod = dprod * np.where(alive > 0, _shift_np(disc, i), 1.0)
-        k += alive.astype(np.int64)
-        boot_disc = np.where(alive > 0, dprod, boot_disc)
-    idx = np.minimum(np.arange(t_len)[None, :] + k, t_len - 1)
-    rows = np.arange(b)[:, None]
-    best = q[rows, idx].argmax(axis=-1)
-    boot = q_target[rows, idx, best]
-    if rescaling:
-        target = rescale_np(ret + boot_disc * unrescale_np(boot, eps), eps)
-    else:
-        target = ret + boot_disc * boot
-    q_taken = np.take_along_axis(q, action[..., None].astype(np.int64), axis=-1)[..., 0]
-    valid = (k >= 1).astype(np.float64)
-    return (target - q_taken) * valid, valid
 
 
 def sequence_td_tf(
@@ -116,7 +58,9 @@ def sequence_td_tf(
     rescaling: bool,
     eps: float,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The TF form of sequence_td_np; the target is not differentiated."""
+    """(td [B, T], valid [B, T]) from Q-values [B, T, A] of the online and the
+    target network (the numpy form: apex.agents.r2d2.acting.sequence_td_np); the
+    target is not differentiated."""
     t_len = mask.shape[1]
     complete = mask * tf.maximum(_shift_tf(mask, 1), tf.cast(tf.equal(discount, 0.0), tf.float32))
     alive = tf.ones_like(mask)
@@ -144,13 +88,6 @@ def sequence_td_tf(
     return (tf.stop_gradient(target) - q_taken) * valid, valid
 
 
-def train_mask_np(valid: np.ndarray, start_step: np.ndarray, burn_in: int, skip_at_start: bool):
-    """Steps that are trained: valid targets after the burn-in (or all, at episode start)."""
-    t = np.arange(valid.shape[1])[None, :]
-    trained = (t >= burn_in) | (skip_at_start & (np.asarray(start_step)[:, None] == 0))
-    return valid * trained
-
-
 def train_mask_tf(valid: tf.Tensor, start_step: tf.Tensor, burn_in: int, skip_at_start: bool):
     t = tf.range(valid.shape[1])[None, :]
     trained = t >= burn_in
@@ -159,14 +96,53 @@ def train_mask_tf(valid: tf.Tensor, start_step: tf.Tensor, burn_in: int, skip_at
     return valid * tf.cast(trained, tf.float32)
 
 
-def sequence_priorities_np(td: np.ndarray, weight: np.ndarray, eta: float) -> np.ndarray:
-    """eta * max_t |td| + (1 - eta) * mean_t |td| over the steps where weight is 1."""
-    a = np.abs(td) * weight
-    count = np.maximum(weight.sum(axis=1), 1.0)
-    return eta * a.max(axis=1) + (1.0 - eta) * a.sum(axis=1) / count
-
-
 def sequence_priorities_tf(td: tf.Tensor, weight: tf.Tensor, eta: float) -> tf.Tensor:
     a = tf.abs(td) * weight
     count = tf.maximum(tf.reduce_sum(weight, axis=1), 1.0)
     return eta * tf.reduce_max(a, axis=1) + (1.0 - eta) * tf.reduce_sum(a, axis=1) / count
+
+
+def sequence_loss(online, target, data, weights: tf.Tensor, config: ApexConfig):
+    """(loss, td [B, T], train mask [B, T], q [B, T, A]) of a batch of sequences.
+
+    `online` and `target` are RecurrentQNetworks unrolled from the stored
+    (h, c); the state is cut from the gradient after r2d2.burn_in steps
+    (except in sequences that start at their episode's first step when
+    r2d2.skip_burn_in_at_episode_start); the loss is the importance-weighted
+    (`weights` [B]) mean over trained steps of 0.5 * td^2, td in the rescaled
+    value space.
+    """
+    q_cfg = config.r2d2
+    state = (data["state_h"], data["state_c"])
+    at_start = tf.equal(data["start_step"], 0)
+    keep = at_start if q_cfg.skip_burn_in_at_episode_start else tf.zeros_like(at_start)
+    q = online.unroll(data["obs"], state, q_cfg.burn_in, keep)
+    q_target = tf.stop_gradient(target.unroll(data["obs"], state))
+    td, valid = sequence_td_tf(
+        q,
+        q_target,
+        data["action"],
+        data["reward"],
+        data["discount"],
+        data["mask"],
+        config.replay.n_step,
+        q_cfg.value_rescaling,
+        q_cfg.value_rescaling_epsilon,
+    )
+    train = train_mask_tf(
+        valid, data["start_step"], q_cfg.burn_in, q_cfg.skip_burn_in_at_episode_start
+    )
+    per_seq = tf.reduce_sum(0.5 * tf.square(td) * train, axis=1) / tf.maximum(
+        tf.reduce_sum(train, axis=1), 1.0
+    )
+    return tf.reduce_mean(weights * per_seq), td, train, q
+
+
+def r2d2_loss(online, target, data, weights: tf.Tensor, config: ApexConfig):
+    """(loss, eta-mixed sequence priorities [B], mean Q over trained steps) of a batch."""
+    loss, td, train, q = sequence_loss(online, target, data, weights, config)
+    priorities = sequence_priorities_tf(td, train, config.r2d2.priority_eta)
+    q_mean = tf.reduce_sum(tf.reduce_mean(q, axis=-1) * train) / tf.maximum(
+        tf.reduce_sum(train), 1.0
+    )
+    return loss, priorities, q_mean

@@ -1,19 +1,23 @@
-"""The recurrent Q-network: torso -> LSTM -> (dueling) head.
+"""The recurrent Q-network: torso -> LSTM -> (dueling) head (the layers:
+apex.agents.layers).
 
 One weight list serves the learner (TF, unrolled over sequences), the actors
-and the evaluator (one step at a time; numpy for MLP torsos):
+and the evaluator (one step at a time; numpy for MLP torsos: layers.forward_np):
   [torso arrays..., W_lstm [D + H, 4H], b_lstm [4H], head arrays...]
 Gates are ordered (input, forget, cell, output); the forget bias starts at 1.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from apex.agents import layers
+from apex.agents.policy import ActingNetwork
 
 State = tuple[np.ndarray, np.ndarray]
 
@@ -66,11 +70,8 @@ class RecurrentQNetwork(tf.Module):
             torso, obs_shape, hidden_sizes, rng, self.conv_layers, self.channels
         )
         self._num_torso = len(arrays)
-        h = self.lstm_size
-        bias = np.zeros(4 * h, np.float32)
-        bias[h : 2 * h] = 1.0
-        arrays += [layers.glorot(rng, size + h, 4 * h), bias]
-        arrays += layers.head_weights(h, num_actions, dueling, rng)
+        arrays += layers.lstm_weights(size, self.lstm_size, rng)
+        arrays += layers.head_weights(self.lstm_size, num_actions, dueling, rng)
         self.weights: list[tf.Variable] = [tf.Variable(a) for a in arrays]
 
     def initial_state(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -106,7 +107,7 @@ class RecurrentQNetwork(tf.Module):
                 keep = keep_gradient if keep_gradient is not None else tf.zeros([batch], tf.bool)
                 h = tf.where(keep[:, None], h, tf.stop_gradient(h))
                 c = tf.where(keep[:, None], c, tf.stop_gradient(c))
-            h, c = _lstm_tf(xw[:, t], h, c, w_h)
+            h, c = layers.lstm_tf(xw[:, t], h, c, w_h)
             outputs.append(h)
         out = tf.stack(outputs, axis=1)  # [B, T, H]
         q = layers.head_tf(w[k + 2 :], tf.reshape(out, [-1, self.lstm_size]), self.dueling)
@@ -118,7 +119,7 @@ class RecurrentQNetwork(tf.Module):
         w = self.weights
         feats = self._torso(w[:k], obs)
         d = feats.shape[-1]
-        h, c = _lstm_tf(tf.matmul(feats, w[k][:d]) + w[k + 1], *state, w[k][d:])
+        h, c = layers.lstm_tf(tf.matmul(feats, w[k][:d]) + w[k + 1], *state, w[k][d:])
         return layers.head_tf(w[k + 2 :], h, self.dueling), (h, c)
 
     def _torso(self, weights: Sequence[tf.Variable], obs: tf.Tensor) -> tf.Tensor:
@@ -134,17 +135,6 @@ class RecurrentQNetwork(tf.Module):
             v.assign(a)
 
 
-def _lstm_tf(xw: tf.Tensor, h: tf.Tensor, c: tf.Tensor, w_h: tf.Tensor):
-    z = xw + tf.matmul(h, w_h)
-    i, f, g, o = tf.split(z, 4, axis=-1)
-    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-    return tf.sigmoid(o) * tf.tanh(c), c
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)  # no overflow warnings for large |x|
-
-
 def numpy_recurrent_step(
     weights: Sequence[np.ndarray],
     obs: np.ndarray,
@@ -152,13 +142,43 @@ def numpy_recurrent_step(
     num_torso_arrays: int,
     dueling: bool = False,
 ) -> tuple[np.ndarray, State]:
-    """RecurrentQNetwork.step with an MLP torso, in numpy (float32)."""
-    k = num_torso_arrays
-    x = layers.torso_np(weights[:k], obs)
-    d = x.shape[1]
-    h, c = state
-    z = x @ weights[k][:d] + h @ weights[k][d:] + weights[k + 1]
-    i, f, g, o = np.split(z, 4, axis=1)
-    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-    h = _sigmoid(o) * np.tanh(c)
-    return layers.head_np(weights[k + 2 :], h, dueling), (h, c)
+    """RecurrentQNetwork.step with an MLP torso, in numpy (float32): layers.forward_np."""
+    return layers.forward_np(weights, obs, state, num_torso_arrays, dueling)
+
+
+def zero_state(batch_size: int, lstm_size: int) -> State:
+    """The recurrent state an episode starts from: (h, c) zeros [batch, lstm_size]."""
+    zeros = np.zeros((batch_size, lstm_size), np.float32)
+    return zeros, zeros.copy()
+
+
+def make_network(config: Any, spec: Any, seed: int = 0) -> RecurrentQNetwork:
+    """The RecurrentQNetwork of `config` for envs of `spec` (apex.specs.EnvSpec)."""
+    lc = config.learner
+    return RecurrentQNetwork(
+        spec.observation_shape,
+        spec.num_actions,
+        lc.hidden_sizes,
+        config.r2d2.lstm_size,
+        dueling=lc.dueling,
+        seed=seed,
+        torso=lc.torso,
+        conv_layers=lc.conv_layers,
+        conv_channels=lc.conv_channels,
+        observation_scale=spec.observation_scale,
+    )
+
+
+def _numpy_step(config: Any):
+    lc = config.learner
+    num_torso = layers.num_torso_arrays(lc.torso, lc.hidden_sizes, lc.conv_layers)
+    return functools.partial(layers.forward_np, num_torso=num_torso, dueling=lc.dueling)
+
+
+# What the acting policy runs (apex.agents.policy.ActingPolicy): an (h, c) per env slot.
+ACTING = ActingNetwork(
+    recurrent=True,
+    make_network=make_network,
+    numpy_step=_numpy_step,
+    initial_state=lambda config, batch_size: zero_state(batch_size, config.r2d2.lstm_size),
+)

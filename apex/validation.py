@@ -1,26 +1,32 @@
 """`validate(config)`: runs before anything launches and raises a ConfigError
 naming the first invalid field, its value and what would be valid. Generic
 field rules are a table here; an agent's own checks are its builder's
-`validate` (apex.agents), the rate limiter's are apex.config.planning's.
+`validate` (apex.agents), the rate limiter's are apex.planning's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from apex.agents import get_builder
-from apex.config.planning import check_rate_limits
 from apex.config.schema import (
     CONV_CHANNELS,
+    INFERENCE_MODES,
     INSERT_PRIORITIES,
     PREPROCESSING,
     TORSOS,
     ApexConfig,
+    ClusterConfig,
     EnvConfig,
+    InferenceConfig,
+    LearnerConfig,
+    ModelStoreConfig,
+    R2D2Config,
 )
 from apex.errors import ConfigError
-from apex.inference import INFERENCE_MODES
+from apex.planning import check_rate_limits
 
 
 def _check(cond: bool, field: str, value: Any, valid: str) -> None:
@@ -346,8 +352,6 @@ def validate(config: ApexConfig) -> None:
 
 
 def _changed(section: Any, default: Any, names: tuple[str, ...] | None = None) -> list[str]:
-    import dataclasses
-
     names = names or tuple(f.name for f in dataclasses.fields(section))
     return [n for n in names if getattr(section, n) != getattr(default, n)]
 
@@ -357,14 +361,6 @@ def unused_fields(config: ApexConfig, launcher: str = "local") -> list[str]:
     (the r2d2 section for a feed-forward agent, conv settings for an mlp torso,
     the cluster section for a local launch): said before launch, never dropped
     silently. Atari-only env fields for another env are refused by `validate`."""
-    from apex.config.schema import (
-        ClusterConfig,
-        InferenceConfig,
-        LearnerConfig,
-        ModelStoreConfig,
-        R2D2Config,
-    )
-
     notes = []
     if not get_builder(config).recurrent:
         changed = _changed(config.r2d2, R2D2Config())

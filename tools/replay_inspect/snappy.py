@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from apex.errors import CorruptCheckpointError
+from apex import CorruptCheckpointError
 
 try:
     import cramjam

@@ -8,16 +8,9 @@ builder (apex.agents), never from a switch on its name.
 from __future__ import annotations
 
 from apex.agents import get_builder
-from apex.config.schema import ApexConfig, ReplayConfig
+from apex.config import ApexConfig, effective_error_buffer
 from apex.errors import ConfigError
-
-
-def effective_error_buffer(replay: ReplayConfig, batch_size: int) -> float:
-    """The rate limiter's error buffer: the configured one, or a safe default."""
-    if replay.error_buffer is not None:
-        return float(replay.error_buffer)
-    spi = max(1.0, replay.samples_per_insert)
-    return float(max(10 * batch_size, replay.min_size * spi * 0.5, 4 * spi))
+from apex.replay.shards import actors_of_shard, shard_config, shard_rule
 
 
 def env_step_replay_ratio(config: ApexConfig) -> float:
@@ -35,13 +28,6 @@ def env_steps_per_item(config: ApexConfig) -> float:
     return float(get_builder(config).env_steps_per_item(config))
 
 
-def _shard_config(config: ApexConfig) -> ApexConfig:
-    # apex.replay.shards imports apex.config: imported here, not at the top.
-    from apex.replay.shards import shard_config
-
-    return shard_config(config)
-
-
 def rate_limit_plan(config: ApexConfig) -> str:
     """The replay and learner settings read together, as the launch line states them.
 
@@ -51,10 +37,8 @@ def rate_limit_plan(config: ApexConfig) -> str:
     num_shards = int(config.replay.num_shards)
     if num_shards == 1:
         return _plan(config, "learner starts at", "their inserts wait", "its samples wait")
-    from apex.replay.shards import shard_rule  # not at import: apex.config imports this module
-
     return f"{num_shards} shards ({shard_rule(num_shards)}), each: " + _plan(
-        _shard_config(config),
+        shard_config(config),
         "learner samples a shard from",
         "their inserts to it wait",
         "its samples of that shard wait (it samples another shard meanwhile)",
@@ -98,8 +82,6 @@ def check_shards(c: ApexConfig) -> None:
     """The refusals of `check_rate_limits` and `validate` applied to each shard of
     replay.num_shards > 1 (apex.replay.shards: a shard holds capacity // S items,
     min_size ceil(min_size / S), error_buffer / S; actor i writes to shard i % S)."""
-    from apex.replay.shards import actors_of_shard
-
     r, lc, s = c.replay, c.learner, c.stop
     num, actors = int(r.num_shards), int(c.actor.num_actors)
     if num > actors:
@@ -115,7 +97,7 @@ def check_shards(c: ApexConfig) -> None:
             r.port,
             f"None or a port in [1, {65536 - num}]: shard s listens on replay.port + s",
         )
-    shard = _shard_config(c).replay
+    shard = shard_config(c).replay
     each = f"replay.capacity // replay.num_shards = {r.capacity:,} // {num}"
     if lc.batch_size > shard.capacity:
         raise ConfigError(

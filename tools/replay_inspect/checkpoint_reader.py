@@ -34,8 +34,8 @@ dm-reverb 0.7.0):
   (chunk_key, tensor index in the chunk, offset, length) to concatenate along
   the time axis, and `squeeze` drops that axis (TrajectoryWriter items).
 
-This module reads; the framing and checksums are apex.replay.tfrecord, the
-Snappy decompression apex.replay.snappy (maintained packages, pure-Python
+This module reads; the framing and checksums are tools.replay_inspect.tfrecord, the
+Snappy decompression tools.replay_inspect.snappy (maintained packages, pure-Python
 fallbacks). The errors are apex.errors' CheckpointError family.
 
 Example:
@@ -56,15 +56,15 @@ from typing import Any
 
 import numpy as np
 
-from apex.errors import (
+from apex import (
     CheckpointError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
     IncompleteCheckpointError,
     UnknownTableError,
 )
-from apex.replay.snappy import uncompress_into
-from apex.replay.tfrecord import RecordFile, first_field
+from tools.replay_inspect.snappy import uncompress_into
+from tools.replay_inspect.tfrecord import RecordFile, first_field
 
 TABLES_FILE = "tables.tfrecord"
 CHUNKS_FILE = "chunks.tfrecord"

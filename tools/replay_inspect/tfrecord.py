@@ -13,8 +13,8 @@ import os
 import struct
 from collections.abc import Iterator
 
-from apex.errors import CheckpointNotFoundError, CorruptCheckpointError
-from apex.replay.snappy import read_varint, warn_fallback
+from apex import CheckpointNotFoundError, CorruptCheckpointError
+from tools.replay_inspect.snappy import read_varint, warn_fallback
 
 try:
     import crc32c as _crc32c_pkg

@@ -1,17 +1,9 @@
-"""Where actors get their Q-values: their own copy of the network, or a central
-inference server that batches every actor's requests into one forward pass.
+"""The inference node's side of central inference (actor.inference='central'):
+a server that batches every actor's requests into one forward pass.
 
-`actor.inference = "local"` (the default): each actor pulls parameters from the
-variable source every `actor.params_update_period` env steps and runs its own
-batch-E forward pass (`LocalQ`).
-
-`actor.inference = "central"`: actors are env steppers. They send their E
-observations (and, for a recurrent agent, their E recurrent states) to the
-inference node and get back the Q-values, the new states and the parameter
-version the server used (`RemoteQ`). The inference node runs in the learner's
-process (so it is on the learner's host, and reads the learner's newest
-parameters in-process, without a network pull) and gathers concurrent requests
-into one batch (`BatchingServer`):
+The inference node runs in the learner's process (so it is on the learner's
+host, and reads the learner's newest parameters in-process, without a network
+pull) and gathers concurrent requests into one batch (`BatchingServer`):
 
   - a batch goes when it holds `inference.max_batch` observations, or when
     every actor has a request in it (each actor has at most one in flight, so
@@ -44,10 +36,6 @@ import numpy as np
 from apex.model_store import NoParameters  # one "no parameters yet" error for every source
 
 State = tuple[np.ndarray, np.ndarray]
-# A forward pass: (observations [B, ...], state or None) -> (q [B, A], state or None).
-Forward = Callable[[np.ndarray, "State | None"], tuple[np.ndarray, "State | None"]]
-
-INFERENCE_MODES = ("local", "central")
 
 
 class ServerStopped(RuntimeError):
@@ -66,12 +54,6 @@ class _Request:
     @property
     def rows(self) -> int:
         return int(self.obs.shape[0])
-
-
-def zero_state(batch_size: int, lstm_size: int) -> State:
-    """The recurrent state an episode starts from: (h, c) zeros [batch, lstm_size]."""
-    zeros = np.zeros((batch_size, lstm_size), np.float32)
-    return zeros, zeros.copy()
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -415,115 +397,3 @@ class InferenceService:
     def stats(self) -> dict:
         """The figures since the last call (docs/metrics.md, inference/...)."""
         return self._server.stats()
-
-
-# ------------------------------------------------------------ actors' side
-class LocalQ:
-    """An actor's own network: pulls parameters every `actor.params_update_period`
-    env steps (apex.variables.VariableClient) and runs its batch locally."""
-
-    def __init__(self, config: Any, spec: Any, variable_source: Any, should_stop=None):
-        from apex.agents.policy import ActingPolicy
-        from apex.variables import VariableClient
-
-        self._variables = VariableClient(
-            variable_source, config.actor.params_update_period, should_stop=should_stop
-        )
-        self._policy = ActingPolicy(config, spec)
-        self.recurrent = self._policy.recurrent
-
-    @property
-    def version(self) -> int:
-        return self._variables.version
-
-    @property
-    def max_priority(self) -> float | None:
-        return self._variables.max_priority
-
-    @property
-    def num_updates(self) -> int:
-        return self._variables.num_updates
-
-    def sync(self, env_steps: int) -> bool:
-        """Loads newly arrived weights; True if the network changed."""
-        self._variables.maybe_update(env_steps)
-        if not self._variables.changed:
-            return False
-        self._policy.set_weights(self._variables.weights)
-        self._variables.changed = False
-        return True
-
-    def initial_state(self, batch_size: int) -> State | None:
-        return self._policy.initial_state(batch_size)
-
-    def __call__(self, obs: np.ndarray, state: State | None = None):
-        """(q, new state, version) of a batch of observations."""
-        q, new_state = self._policy(obs, state)
-        return q, new_state, self._variables.version
-
-    def close(self) -> None:
-        self._variables.close()
-
-
-class RemoteQ:
-    """An env stepper's Q-values from the inference node (actor.inference='central').
-
-    The first call waits (retrying, as a variable client's first pull does)
-    until the server has parameters; later calls fail after the handle's call
-    timeout instead of hanging on a dead server.
-    """
-
-    def __init__(
-        self,
-        server: Any,
-        recurrent: bool,
-        lstm_size: int,
-        should_stop: Callable[[], bool] | None = None,
-        timeout: float = 600.0,
-    ):
-        from apex.variables import StopRequested
-
-        self._server = server
-        self.recurrent = recurrent
-        self._lstm_size = int(lstm_size)
-        self.version = -1
-        self.max_priority: float | None = None
-        self.num_updates = 0
-        deadline = time.time() + timeout
-        while True:
-            try:
-                if int(server.version()) >= 0:
-                    break
-            except Exception:  # noqa: BLE001 - not up yet: retry until the deadline
-                if time.time() > deadline:
-                    raise
-            if time.time() > deadline:
-                raise TimeoutError(f"the inference server had no parameters within {timeout:.0f} s")
-            if should_stop is not None and should_stop():
-                raise StopRequested("stopped while waiting for the inference server")
-            time.sleep(0.2)
-
-    def sync(self, env_steps: int) -> bool:
-        return False  # the server holds the parameters
-
-    def initial_state(self, batch_size: int) -> State | None:
-        return zero_state(batch_size, self._lstm_size) if self.recurrent else None
-
-    def __call__(self, obs: np.ndarray, state: State | None = None):
-        if state is None:
-            q, h, c, version, max_priority = self._server.infer(np.asarray(obs))
-            new_state = None
-        else:
-            q, h, c, version, max_priority = self._server.infer(
-                np.asarray(obs), np.asarray(state[0]), np.asarray(state[1])
-            )
-            new_state = (np.asarray(h), np.asarray(c))
-        version = int(version)
-        if version != self.version:
-            self.num_updates += 1
-            self.version = version
-        self.max_priority = float(max_priority) or None
-        return np.asarray(q), new_state, version
-
-    def close(self) -> None:
-        pass

@@ -1,0 +1,358 @@
+"""The Coordinator: the program's control plane. Its methods are the RPCs the
+nodes call (beats, reports, failures, remote metrics rows, checkpoint notes);
+`run` is its loop (poll, write, check, stop). It composes the run's counters
+(counters.py), the replay figures (replay_poll.py), the written figures
+(summary.py), the hang doctor (health.py) and the stop decisions (stop.py)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from apex.agents import get_builder
+from apex.config import ApexConfig
+from apex.coordination import stop as stopping
+from apex.coordination import summary as figures
+from apex.coordination.counters import RunCounters
+from apex.coordination.health import HealthLog
+from apex.coordination.replay_poll import ReplayPoller
+from apex.doctor import Finding
+from apex.heartbeat import HeartbeatStore
+from apex.metrics import MetricsWriter
+from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
+
+
+class Coordinator:
+    """Counter and stopper of a program.
+
+    Actors, the learner and the evaluator report to it; `run` polls the replay
+    table, writes `coordinator` metrics, prints a progress line, checks the stop
+    criteria and, when one is reached, writes summary.json and calls
+    `stop_program`. If the program is stopped from outside (Ctrl-C, SIGTERM),
+    `run` writes summary.json before it returns.
+
+    Args:
+      config: the program config.
+      run_dir: where summary.json and state.json go ('' : nowhere).
+      start_time: unix time of the launch (wall_seconds count from it).
+      replay_client: a reverb.Client of the replay server (None: no replay stats),
+        or a list of one per replay shard (shard s at index s).
+      stop_program: called once when a stop criterion is reached.
+      metrics: the coordinator's own metrics rows.
+      out: where progress lines go (default stdout).
+      silent_after: seconds without a beat after which a node on another host
+        counts as gone (a node on this host is gone when its process is).
+
+    Attributes:
+      verdict: why the run stopped (None while it runs).
+      counters: the run's counters (RunCounters).
+      replay: the replay figures (ReplayPoller).
+      heartbeats: every node's last beat (apex.heartbeat.HeartbeatStore).
+      final_checkpoint_timeout: seconds a stop waits for the learner's final checkpoint.
+    """
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        run_dir: str,
+        start_time: float,
+        replay_client: Any = None,
+        stop_program: Callable[[], None] | None = None,
+        metrics: MetricsWriter | None = None,
+        out: Any = None,
+        silent_after: float = 60.0,
+    ):
+        self._config = config
+        self._run_dir = run_dir
+        self._stop_program = stop_program
+        self._metrics = metrics
+        self._out = out if out is not None else sys.stdout
+        self._lock = threading.Lock()
+        self.counters = RunCounters(config, start_time)
+        self.replay = ReplayPoller(replay_client)
+        self._health = HealthLog(run_dir, config.logging, self._out)
+        self._failure: NodeFailure | None = None
+        self._env_steps_per_item = float(get_builder(config).env_steps_per_item(config))
+        self.verdict: StopVerdict | None = None
+        self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
+        self.heartbeats = HeartbeatStore(run_dir, silent_after=silent_after)
+        self._node_metrics: dict[str, MetricsWriter] = {}
+        self.replay.write_addresses(run_dir)
+
+    @property
+    def shard_names(self) -> list[str]:
+        return self.replay.shard_names
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The hang doctor's findings of the last check."""
+        return self._health.findings
+
+    @property
+    def failure(self) -> NodeFailure | None:
+        """The first failure recorded (the likely cause), or None."""
+        return self._failure
+
+    # --------------------------------------------------------- control plane
+    def heartbeat(self, beat: dict[str, Any]) -> None:
+        """A node's beat (RPC): recorded, and written to RUN_DIR/heartbeats for tools."""
+        self.heartbeats.record(beat)
+
+    def forget_node(self, node: str) -> None:
+        """The launcher restarts `node` on another host (RPC): its old beats are not
+        a death (apex.heartbeat.HeartbeatStore.forget)."""
+        self.heartbeats.forget(node)
+
+    def actor_counts(self, actor_id: int) -> tuple[int, int]:
+        """(env steps, episodes) actor `actor_id` reported last (RPC): a restarted
+        actor carries on from them, so the run's counts never go back."""
+        return self.counters.actor_counts(actor_id)
+
+    def node_finished(self, node: str) -> bool | None:
+        """Whether `node` stopped or is gone (None: it never sent a beat)."""
+        return self.heartbeats.finished(node)
+
+    def nodes_finished(self, prefix: str) -> bool:
+        """Whether every node named `prefix`... has stopped or is gone."""
+        return self.heartbeats.all_finished(prefix)
+
+    def write_metrics(self, component: str, step_key: str, row: dict[str, Any]) -> None:
+        """A metrics row of a node that does not write the run directory itself (RPC)."""
+        with self._lock:
+            writer = self._node_metrics.get(component)
+            if writer is None:
+                writer = MetricsWriter(
+                    self._run_dir,
+                    component,
+                    step_key=step_key,
+                    tensorboard=self._config.logging.tensorboard,
+                )
+                self._node_metrics[component] = writer
+        writer.write(row)
+
+    def close(self) -> None:
+        """Closes the metrics files of remote nodes; doctor.log says how the run went."""
+        for writer in [*self._node_metrics.values(), self._metrics]:
+            if writer is not None:
+                writer.close()
+        self._health.close()
+
+    # ------------------------------------------------------- checkpointing
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The counters a run checkpoint keeps (JSON-safe); `restore` reads them back."""
+        return self.counters.checkpoint_state()
+
+    def restore(self, state: dict[str, Any], checkpoint_path: str = "") -> None:
+        """Continues from a checkpoint's counters: env and learner steps, wall
+        seconds (the clock continues from the saved value), evaluations."""
+        self.counters.restore(state, checkpoint_path)
+
+    def checkpoint_written(
+        self, path: str, step: int, seconds: float, size: int, final: bool = False
+    ) -> None:
+        """The learner wrote a run checkpoint (`final`: the one at a stop, which
+        releases `run`)."""
+        self.counters.checkpoint_written(path, step, seconds, size, final)
+
+    # -------------------------------------------------------------- reports
+    def report_actor(
+        self,
+        actor_id: int,
+        env_steps: int,
+        episodes: int,
+        returns: list[float],
+        start_time: float | None = None,
+    ) -> None:
+        self.counters.report_actor(actor_id, env_steps, episodes, returns, start_time)
+
+    def report_failure(self, node: str, message: str) -> None:
+        """A node gave up (e.g. an actor past actor.max_restarts) or died of an
+        exception ('<Type>: <message>'): stop the program with 'node failed',
+        naming it as '<node>: <message>' (RPC). A replay shard found dead by
+        then is named first: its clients' errors follow from its death."""
+        self._check_dead_shards()
+        self._record_failure(NodeFailure(node, FailureKind.REPORTED, message))
+
+    def _check_dead_shards(self) -> None:
+        if not self.replay.sharded or self._failure is not None:
+            return
+        dead = [b for b in self.heartbeats.dead() if b.get("node") in self.shard_names]
+        if dead:
+            self.check_nodes()
+
+    def _record_failure(self, failure: NodeFailure) -> None:
+        """Records `failure` (the first one is kept: the likely cause)."""
+        with self._lock:
+            if self._failure is None:  # the first failure is the likely cause
+                self._failure = failure
+
+    def report_learner(
+        self, steps: int, first_step_time: float | None, row: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The learner's counters; returns the run's counters (what a run checkpoint
+        keeps), which the learner holds for a checkpoint after this node is gone."""
+        return self.counters.report_learner(steps, first_step_time, row)
+
+    def report_eval(
+        self,
+        return_mean: float,
+        version: int,
+        returns: list[float],
+        env_steps: int | None = None,
+    ) -> bool:
+        """An evaluation of the parameters of learner step `version`, pulled when
+        the run had `env_steps` env steps (None: as of now). Returns whether it
+        is accepted: False once the stop is decided (summary.json's evaluation is
+        final then; the evaluator writes no row for a refused one)."""
+        return self.counters.report_eval(return_mean, version, returns, env_steps)
+
+    def reaches_target(self, return_mean: float) -> bool:
+        """Whether `return_mean` counts as solved (never without a target_return)."""
+        return self.counters.reaches_target(return_mean)
+
+    # ---------------------------------------------------------------- state
+    @property
+    def env_steps(self) -> int:
+        return self.counters.env_steps
+
+    def get_counts(self) -> dict[str, Any]:
+        return self.counters.get_counts()
+
+    def _poll_replay(self) -> None:
+        self.replay.poll()
+
+    def shard_figures(self) -> dict[str, dict[str, Any]]:
+        """Each shard's figures by shard name (SHARD_KEYS; None before its first
+        poll); empty with one replay server."""
+        return self.replay.shard_figures()
+
+    def summary(self) -> dict[str, Any]:
+        return figures.summary(
+            self._config, self.counters, self.replay, self.verdict, self._failure
+        )
+
+    def write_summary(self) -> dict[str, Any]:
+        """summary.json, and state.json with the same figures (a run that stops
+        between two state writes still ends with state.json at its last counts)."""
+        s = self.summary()
+        if self._run_dir:
+            figures.write_summary(self._run_dir, s)
+            self._write_state()
+        return s
+
+    def _write_state(self) -> None:
+        if self._run_dir:
+            # counters: what a run checkpoint keeps, for the learner if this node dies
+            figures.write_state(self._run_dir, self.summary(), self.checkpoint_state())
+
+    def env_steps_now(self) -> int:
+        """Env steps as of now, never fewer than the replay's inserts explain
+        (apex.coordination.summary.env_steps_now)."""
+        return figures.env_steps_now(self.counters, self.replay, self._env_steps_per_item)
+
+    def progress_line(self, rates: dict[str, float]) -> str:
+        return figures.progress_line(self.counters, self.replay, self.env_steps_now(), rates)
+
+    def _write_metrics(self, rates: dict[str, float]) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.write(
+            figures.metrics_row(self.counters, self.replay, rates, len(self.findings))
+        )
+
+    # ---------------------------------------------------------------- loop
+    def check_stop(self) -> StopVerdict | None:
+        """The first stop criterion reached (a recorded failure first), or None."""
+        return stopping.stop_verdict(self._config.stop, self.counters, self._failure, time.time())
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        lc = self._config.logging
+        last_metrics = last_progress = time.time()
+        last_env, last_learner = self.env_steps, self.counters.learner_steps
+        rates: dict[str, float] = {}
+        while not should_stop():
+            time.sleep(0.1)
+            now = time.time()
+            if now - last_metrics >= lc.metrics_period_seconds:
+                self._poll_replay()
+                dt = now - last_metrics
+                learner_steps = self.counters.learner_steps
+                rates = {
+                    "env": (self.env_steps - last_env) / dt,
+                    "learner": (learner_steps - last_learner) / dt,
+                }
+                last_env, last_learner, last_metrics = self.env_steps, learner_steps, now
+                self._write_metrics(rates)
+                self._write_state()
+                self.check_health(now)
+                self.check_nodes(now)
+            if lc.progress_period_seconds and now - last_progress >= lc.progress_period_seconds:
+                print(self.progress_line(rates), file=self._out, flush=True)
+                last_progress = now
+            verdict = self.check_stop()
+            if verdict is not None:
+                self.stop(verdict)
+                return
+        self.counters.freeze()
+        # Stopped from outside; a failure recorded by then is still why it ended.
+        self.verdict = stopping.outside_stop_verdict(self.verdict, self._failure)
+        self._poll_replay()
+        self.write_summary()
+        self._await_final_checkpoint()
+        self._await_final_beats()
+
+    def stop(self, verdict: StopVerdict) -> None:
+        """Stops the program for `verdict` (a stop criterion, or NODE_FAILED with
+        the failure recorded first): summary.json, the stop lines, `stop_program`,
+        then waits (bounded) for the final checkpoint and the nodes' final beats."""
+        self.counters.freeze()
+        self.verdict = verdict
+        self._poll_replay()
+        s = self.write_summary()
+        # The summary itself is printed once, by the launcher, from
+        # summary.json as the stop leaves it (final checkpoint included).
+        for line in stopping.stop_lines(verdict, self._failure, s):
+            print(line, file=self._out, flush=True)
+        if self._stop_program is not None:
+            self._stop_program()
+        self._await_final_checkpoint()
+        self._await_final_beats()
+
+    def stop_failed(self) -> None:
+        """Stops the program with 'node failed' for the failure recorded first
+        (`report_failure` before)."""
+        self.stop(StopVerdict(StopReason.NODE_FAILED, self._failure))
+
+    def _await_final_beats(self, timeout: float = 5.0) -> None:
+        stopping.await_final_beats(self.heartbeats, timeout)
+
+    def _await_final_checkpoint(self) -> None:
+        """Stays up (bounded) while the learner writes its checkpoint at the stop: it
+        asks this node for the counters; summary.json then names the checkpoint."""
+        if stopping.await_final_checkpoint(
+            self.counters.checkpoint_event, self.final_checkpoint_timeout, self._learner_gone
+        ):
+            self.write_summary()
+
+    def _learner_gone(self) -> bool:
+        """The learner finished or died without (another) checkpoint: stop waiting."""
+        return self.heartbeats.finished("learner") is True
+
+    def check_nodes(self, now: float | None = None) -> NodeFailure | None:
+        """Records a failure (the program then stops with 'node failed') when a node is
+        gone without having stopped; returns the failure."""
+        dead = self.heartbeats.dead(now)
+        if not dead or self._failure is not None:
+            return None
+        failure = stopping.dead_nodes_failure(dead, self.heartbeats.silent_after, self._run_dir)
+        self._record_failure(failure)
+        return failure
+
+    def check_health(self, now: float | None = None) -> list[Finding]:
+        """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""
+        now = time.time() if now is None else now
+        table, shards = self.replay.doctor_tables()
+        return self._health.check(self.heartbeats.beats(), table, shards, now)

@@ -1,0 +1,162 @@
+"""The actor node: one actor process, acting with restarts (apex.restart). It
+touches no file of the run directory: what it reports goes to the coordinator."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+from apex import (
+    ApexConfig,
+    RemoteMetrics,
+    Reporter,
+    StopRequested,
+    decide_restart,
+    lifecycle,
+    slot_epsilons,
+)
+from apex import heartbeat as hb
+from apex.agents import AgentBuilder
+from launch.node_env import RESTARTED_ENV
+from launch.nodes.common import node_heartbeat, node_should_stop, quiet_logs
+
+
+class ActorNode:
+    """One actor process: acting with restarts (apex.restart). Touches no file of
+    the run directory: everything it reports goes to the coordinator."""
+
+    def __init__(
+        self,
+        config: ApexConfig,
+        builder: AgentBuilder,
+        actor_id: int,
+        replay,
+        learner,
+        coordinator: Reporter,
+        initial_counts: tuple[int, int] = (0, 0),
+        inference=None,
+    ):
+        quiet_logs()
+        if os.environ.get(lifecycle.NO_SHARED_FS_ENV) == "1" and config.run_dir:
+            lifecycle.forbid_writes_under(config.run_dir)
+            print(
+                f"[apex] actor_{actor_id}: writes under the run directory are refused "
+                f"({lifecycle.NO_SHARED_FS_ENV}=1)",
+                flush=True,
+            )
+        hb.register_stack_dump(None, f"actor_{actor_id}")  # SIGUSR1: stacks to its log
+        self._initial_counts = initial_counts  # (env steps, episodes) of a resumed run
+        self._config = config
+        self._builder = builder
+        self._actor_id = actor_id
+        self._replay = replay
+        self._learner = learner
+        self._coordinator = coordinator
+        self._inference = inference  # the inference node's handle (actor.inference='central')
+        self._name = f"actor_{actor_id}"
+
+    def run(self) -> None:
+        c = self._config
+        should_stop = node_should_stop()
+        holder: dict = {}
+        if os.environ.get(RESTARTED_ENV) == "1":  # a launcher started it again elsewhere
+            try:
+                counts = tuple(self._coordinator.actor_counts(self._actor_id))
+                if counts[0] > self._initial_counts[0]:
+                    self._initial_counts = (int(counts[0]), int(counts[1]))
+            except Exception:  # noqa: BLE001 - the coordinator may be gone: start from ours
+                pass
+
+        def counters() -> dict:
+            a = holder.get("actor")
+            return {"env_steps": a.env_steps, "items_inserted": a.items_written} if a else {}
+
+        beat = node_heartbeat(c, self._coordinator, self._name, counters)
+        holder["metrics"] = RemoteMetrics(self._coordinator, self._name, "actor/env_steps")
+        backoff = c.actor.restart_backoff_seconds
+        restarts = 0
+        try:
+            while not should_stop():
+                beat.enter(hb.WAITING_PARAMS)
+                started = time.time()
+                try:
+                    self._run_actor(should_stop, beat, holder, restarts)
+                    return
+                except StopRequested:
+                    return
+                except Exception as err:  # noqa: BLE001 - restart with fresh envs and parameters
+                    if should_stop():  # the replay or learner went away first during shutdown
+                        return
+                    restarts += 1
+                    decision = decide_restart(
+                        restarts,
+                        backoff,
+                        time.time() - started,
+                        c.actor.restart_backoff_seconds,
+                        c.actor.max_restarts,
+                    )
+                    if not decision.restart:
+                        message = (
+                            f"failed {restarts} times (actor.max_restarts={c.actor.max_restarts}); "
+                            f"last: {type(err).__name__}: {err}"
+                        )
+                        print(f"[apex] {self._name} {message}", file=sys.stderr, flush=True)
+                        traceback.print_exc()
+                        self._report_failure(message)
+                        raise
+                    print(
+                        f"[apex] {self._name} failed ({type(err).__name__}: {err}); restart "
+                        f"{restarts}/{c.actor.max_restarts} in {decision.wait:.1f} s with fresh "
+                        "envs and parameters",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    deadline = time.time() + decision.wait
+                    while time.time() < deadline and not should_stop():
+                        time.sleep(0.1)
+                    backoff = decision.next_backoff
+        finally:
+            beat.close()
+
+    def _report_failure(self, message: str) -> None:
+        try:
+            self._coordinator.report_failure(self._name, message)
+        except Exception:  # noqa: BLE001 - the coordinator may be gone; the node fails anyway
+            pass
+
+    def _run_actor(self, should_stop, beat, holder, restarts: int) -> None:
+        """One life of the actor: a fresh writer, fresh envs, fresh parameters."""
+        c = self._config
+        e = c.actor.envs_per_actor
+        eps = slot_epsilons(
+            self._actor_id, e, c.actor.num_actors, c.actor.epsilon_base, c.actor.epsilon_alpha
+        )
+        with self._builder.make_writer(
+            self._replay, self._actor_id, eps, self._actor_id * e, should_stop
+        ) as writer:
+            actor = self._builder.make_actor(
+                c,
+                self._actor_id,
+                self._learner,
+                writer,
+                coordinator=self._coordinator,
+                metrics=holder["metrics"],
+                should_stop=should_stop,
+                heartbeat=beat,
+                inference=self._inference,
+                epsilons=eps,  # the writer's: computed once, above
+            )
+            previous = holder.get("actor")
+            if previous is not None:
+                actor.resume_counts(previous)
+            else:
+                actor.env_steps, actor.episodes = self._initial_counts
+            actor.restarts = restarts
+            holder["actor"] = actor
+            beat.enter(hb.ACTING)
+            try:
+                actor.run(should_stop)
+            finally:
+                actor.close()

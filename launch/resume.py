@@ -1,0 +1,82 @@
+"""Whether a launch continues a run: the checkpoint it resumes from (checked
+against the config) and the stop limits the run has left."""
+
+from __future__ import annotations
+
+import os
+
+from apex import ApexConfig, ConfigError, checkpointing
+from apex.agents import get_builder
+
+
+def resume_checkpoint(
+    config: ApexConfig, run_dir: str, require: bool
+) -> checkpointing.Checkpoint | None:
+    """The checkpoint a launch into `run_dir` continues from (None: a fresh run).
+
+    Raises ConfigError when there is nothing to resume but a run is there (or a
+    resume was required), and CheckpointError when the newest complete
+    checkpoint is corrupt or does not fit `config`.
+    """
+    has_run = os.path.isfile(os.path.join(run_dir, "config.json"))
+    latest = checkpointing.latest_complete(run_dir) if os.path.isdir(run_dir) else None
+    if latest is None:
+        if require or has_run:
+            folder = checkpointing.checkpoints_dir(run_dir)
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+            partial = sorted(n for n in names if n.endswith(".partial"))
+            why = "it holds no run" if not has_run else "it holds a run with no complete checkpoint"
+            if partial:
+                why += f" (only half-written ones, ignored: {', '.join(sorted(partial))})"
+            raise ConfigError(
+                "run_dir",
+                run_dir,
+                f"a new directory, or a run directory with a complete checkpoint to resume; {why}",
+            )
+        return None
+    try:
+        checkpoint = checkpointing.load(latest)
+    except checkpointing.CheckpointError as err:
+        older = checkpointing.list_complete(run_dir)[:-1]
+        hint = (
+            f"; move it away to resume from {os.path.basename(older[-1])}"
+            if older
+            else "; no older complete checkpoint is left"
+        )
+        raise checkpointing.CheckpointError(f"{err}{hint}") from None
+    # Deferred: Gymnasium (the env's spec), which a config refused earlier never pays.
+    from apex import env_spec
+
+    builder = get_builder(config)
+    spec = env_spec(config.env)
+    shapes = [list(w.shape) for w in builder.make_network(config, spec, seed=0).weights]
+    current = checkpointing.make_manifest(config, builder.item_signature(config, spec), shapes)
+    checkpointing.check_compatible(checkpoint, current)
+    return checkpoint
+
+
+def check_limits_left(config: ApexConfig, state: dict) -> None:
+    """Refuses (ConfigError) a resume whose stop limits the run has already used up:
+    it would launch everything only to stop at once."""
+    sc = config.stop
+    used = {
+        "stop.max_wall_seconds": (sc.max_wall_seconds, float(state.get("wall_seconds", 0.0)), "s"),
+        "stop.max_actor_steps": (
+            sc.max_actor_steps,
+            sum(int(v) for v in state.get("actor_steps", {}).values()),
+            "env steps",
+        ),
+        "stop.max_learner_steps": (
+            sc.max_learner_steps,
+            int(state.get("learner_steps", 0)),
+            "learner steps",
+        ),
+    }
+    for field, (limit, so_far, unit) in used.items():
+        if limit is not None and so_far >= limit:
+            raise ConfigError(
+                field,
+                limit,
+                f"more than the {so_far:,.6g} {unit} the run already has (raise it with "
+                f"--config.{field}=... to continue, or None for no limit)",
+            )
