@@ -35,6 +35,7 @@ Exploration
     slot_epsilons, epsilon_bands, band_labels   each actor slot's epsilon, their bands
 The roles a program runs (launch/nodes/ adapts each to a node)
     Learner                          (lazy, TF) the SGD loop and the actors' variable source
+    SGDStep                          (lazy, TF) the learner's SGD step alone (bench/learner.py)
     Evaluator                        (lazy, TF) greedy episodes on the latest parameters
     Coordinator, SUMMARY_KEYS        (lazy, Launchpad) the control plane; summary.json's keys
     BatchingServer, InferenceService, bucket_size, follow_learner   central inference
@@ -135,7 +136,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see _LAZY
     from apex.coordination import SUMMARY_KEYS, Coordinator
     from apex.envs import env_spec, make_env, prepare_env, to_observation
     from apex.evaluation import Evaluator
-    from apex.learner import Learner
+    from apex.learner import Learner, SGDStep
     from apex.metrics import MetricsWriter, RemoteMetrics, read_jsonl
 
 __version__ = "0.1.0"
@@ -150,6 +151,7 @@ _LAZY: dict[str, str] = {
     "to_observation": "apex.envs",
     "Evaluator": "apex.evaluation",  # TensorFlow
     "Learner": "apex.learner",  # TensorFlow, Reverb
+    "SGDStep": "apex.learner",
     "MetricsWriter": "apex.metrics",  # Launchpad (acme's loggers)
     "RemoteMetrics": "apex.metrics",
     "read_jsonl": "apex.metrics",
@@ -204,6 +206,7 @@ __all__ = [
     "Evaluator",
     "InferenceService",
     "Learner",
+    "SGDStep",
     "MetricsWriter",
     "ModelStore",
     "RemoteMetrics",

@@ -156,22 +156,159 @@ def _launch_with_line_output(commands_to_launch: Any) -> Any:
     """Launchpad's launch_in_current_terminal, with launch/node_output.py as the
     per-node wrapper (same worker-manager registration)."""
     import atexit
+
+    manager = new_worker_manager()
+    atexit.register(manager.wait)
+    for i, command in enumerate(commands_to_launch):
+        spawn_with_line_output(manager, command, i)
+    return manager
+
+
+NODE_COLOURS = (36, 33, 32, 34, 35)
+
+
+def spawn_with_line_output(manager: Any, command: Any, index: int) -> None:
+    """Starts one Launchpad command behind `python -m launch.node_output` and
+    registers the wrapper's pid with `manager` (Launchpad signals its children)."""
     import os
     import subprocess
 
+    env = dict(os.environ, **command.env_overrides)
+    wrapper = [sys.executable, "-m", "launch.node_output", command.title]
+    colour = NODE_COLOURS[index % len(NODE_COLOURS)]
+    process = subprocess.Popen([*wrapper, str(colour), "--", *command.command_as_list], env=env)
+    manager.register_existing_process(command.title, process.pid)
+
+
+def spawn_to_file(manager: Any, command: Any, path: str) -> None:
+    """What Launchpad's launch_and_output_to_files does for one command: the node
+    as a process worker of `manager`, stdout and stderr to `path`."""
+    import os
+
+    env = dict(os.environ, **command.env_overrides)
+    with open(path, "w") as out:
+        manager.process_worker(
+            command.title, command.command_as_list, env=env, stdout=out, stderr=out
+        )
+
+
+def register_forked_process(manager: Any, title: str, pid: int) -> None:
+    """Registers a node forked by launch.zygote with Launchpad's WorkerManager, as
+    `register_existing_process` does, but as a process whose disappearance is
+    not an error.
+
+    Why: the zygote, not this launcher, is the parent and reaps the process the
+    moment it exits, so its pid is gone at once (a spawned child stays a zombie
+    until Launchpad waits for it). Launchpad 0.5.0's stop loop calls
+    `children()` on every registered process without catching NoSuchProcess,
+    which then ended the launcher's wait with 'process PID not found'.
+    Reached through WorkerManager's private `_mutex`, `_workers_count` and
+    `_active_workers`.
+    """
+    import psutil
+
+    class _Forked(psutil.Process):
+        def children(self, recursive: bool = False) -> list:
+            try:
+                return super().children(recursive=recursive)
+            except psutil.NoSuchProcess:
+                return []
+
+    try:
+        process = _Forked(pid)
+    except psutil.NoSuchProcess:  # it already ended: nothing to watch or stop
+        return
+    mutex = _require(manager, "_mutex", "launchpad WorkerManager._mutex", LAUNCHPAD_PIN)
+    counts = _require(
+        manager, "_workers_count", "launchpad WorkerManager._workers_count", LAUNCHPAD_PIN
+    )
+    active = _require(
+        manager, "_active_workers", "launchpad WorkerManager._active_workers", LAUNCHPAD_PIN
+    )
+    with mutex:
+        counts[title] += 1
+        active[title].append(process)
+
+
+def new_worker_manager() -> Any:
+    """A Launchpad WorkerManager as local_mp's launchers make one (the first one
+    made in a process handles its stop signals)."""
     from launchpad.launch import worker_manager
 
-    manager = worker_manager.WorkerManager()
-    atexit.register(manager.wait)
-    palette = (36, 33, 32, 34, 35)
-    for i, command in enumerate(commands_to_launch):
-        env = dict(os.environ, **command.env_overrides)
-        wrapper = [sys.executable, "-m", "launch.node_output", command.title]
-        process = subprocess.Popen(
-            [*wrapper, str(palette[i % len(palette)]), "--", *command.command_as_list], env=env
-        )
-        manager.register_existing_process(command.title, process.pid)
-    return manager
+    return worker_manager.WorkerManager()
+
+
+def output_to_files_dir() -> str:
+    """Where `--terminal=output_to_files` writes node logs (set_output_to_files_dir)."""
+    from launchpad.launch.run_locally import launch_local_output_to_files as files
+
+    return _require(
+        files, "_LOGGING_DIR", "launchpad launch_local_output_to_files._LOGGING_DIR", LAUNCHPAD_PIN
+    )
+
+
+def use_node_launcher(terminal: str, launch: Any) -> None:
+    """Makes local_mp start its node commands with `launch(commands) -> WorkerManager`
+    for `terminal` ('current_terminal' or 'output_to_files'), in place of the
+    launcher Launchpad 0.5.0 picks from its private `run_locally._LOCAL_LAUNCHER_MAP`
+    (launch.zygote's fork starter uses this)."""
+    from launchpad.launch.run_locally import run_locally
+
+    launchers = _require(
+        run_locally,
+        "_LOCAL_LAUNCHER_MAP",
+        "launchpad run_locally._LOCAL_LAUNCHER_MAP",
+        LAUNCHPAD_PIN,
+    )
+    if terminal not in launchers:
+        raise CompatError(f"launchpad run_locally {terminal} launcher", LAUNCHPAD_PIN)
+    launchers[terminal] = launch
+
+
+def node_entry_args(command_as_list: list[str]) -> tuple[str, int, str] | None:
+    """(data_file, task_id, init_file) of a local_mp node command
+    (`python .../process_entry.py --data_file F --lp_task_id N`), or None when the
+    command holds anything else (other flags, flags_to_populate): only a command
+    that run_node_entry can run as process_entry.py would is forked."""
+    if len(command_as_list) < 2 or not command_as_list[1].endswith("process_entry.py"):
+        return None
+    values: dict[str, str] = {}
+    args = list(command_as_list[2:])
+    while args:
+        arg = args.pop(0)
+        if not arg.startswith("--"):
+            return None
+        name, sep, value = arg[2:].partition("=")
+        if not sep:
+            if not args:
+                return None
+            value = args.pop(0)
+        if name not in ("data_file", "lp_task_id", "init_file") or name in values:
+            return None
+        values[name] = value
+    if "data_file" not in values or not values.get("lp_task_id", "").isdigit():
+        return None
+    return values["data_file"], int(values["lp_task_id"]), values.get("init_file", "")
+
+
+def run_node_entry(data_file: str, task_id: int, init_file: str = "") -> None:
+    """What Launchpad 0.5.0's nodes/python/process_entry.py `main` does, in a
+    process forked from launch.zygote (its flags already known: no absl parsing):
+    run the init file, load the pickled node functions, make the process's main
+    WorkerManager (stop signals, the stop window) and run functions[task_id]."""
+    import os
+
+    import cloudpickle
+    from launchpad.launch import worker_manager
+
+    sys.path.append(os.getcwd())
+    if init_file:
+        with open(init_file, "rb") as f:
+            cloudpickle.load(f)()
+    with open(data_file, "rb") as f:
+        functions = cloudpickle.load(f)
+    worker_manager.WorkerManager(register_in_thread=True)
+    functions[task_id]()
 
 
 def define_launchpad_flags() -> None:
@@ -335,6 +472,12 @@ def _check_launchpad() -> None:
     fields = set(run_locally.CommandToLaunch._fields) | set(dir(run_locally.CommandToLaunch))
     if not {"title", "command_as_list", "env_overrides"} <= fields:
         raise CompatError("launchpad run_locally.CommandToLaunch fields", LAUNCHPAD_PIN)
+    if run_locally.SEPARATE_TERMINAL_OUTPUT_TO_FILES not in launchers:
+        raise CompatError("launchpad run_locally output_to_files launcher", LAUNCHPAD_PIN)
+    # What run_node_entry emulates: process_entry's main, as in 0.5.0.
+    manager_code = worker_manager.WorkerManager.__init__.__code__
+    if "register_in_thread" not in manager_code.co_varnames:
+        raise CompatError("launchpad WorkerManager(register_in_thread=)", LAUNCHPAD_PIN)
     # What launch.ray_launch reaches (the "other launchers" section above).
     import os
 

@@ -97,6 +97,7 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("learner.in_flight_batches", "int>=1", False),
     ("learner.prefetch_batches", "int>=0", False),
     ("learner.priority_update_period", "int>=1", False),
+    ("learner.steps_per_call", "int>=1", False),
     ("evaluation.episodes", "int>=1", False),
     ("evaluation.epsilon", "num in [0,1]", False),
     ("evaluation.period_seconds", "num>0", False),

@@ -82,6 +82,7 @@ from launch.exit_codes import (  # noqa: E402
 from launch.node_env import LAUNCHER_PID_ENV  # noqa: E402
 from launch.resume import check_limits_left, resume_checkpoint  # noqa: E402
 from launch.summary import finalize_summary, remove_empty_stack_files  # noqa: E402
+from launch.zygote import Zygote, launch_nodes, thread_count  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", None, "Path of a config file with get_config().")
 _TERMINAL = flags.DEFINE_enum(
@@ -89,6 +90,15 @@ _TERMINAL = flags.DEFINE_enum(
     "current_terminal",
     ["current_terminal", "output_to_files"],
     "Where local_mp node output goes (output_to_files: one file per node in RUN_DIR/logs).",
+)
+
+_NODE_START = flags.DEFINE_enum(
+    "node_start",
+    "fork",
+    ["fork", "spawn"],
+    "How local_mp starts node processes. fork: from one warm process that imported "
+    "TensorFlow, Reverb and Launchpad once (launch/zygote.py); spawn: a fresh Python "
+    "process per node, each paying those imports (README 'How nodes start').",
 )
 
 _RESUME = flags.DEFINE_bool(
@@ -247,6 +257,9 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
         netns.loopback_up()
         print(f"[apex] isolated network namespace: interfaces {netns.interfaces()}", flush=True)
 
+    # Threads now, before anything below may start TensorFlow's runtime (a resume
+    # reads its checkpoint through TensorFlow): a fork is safe only with no more.
+    threads_at_launch = thread_count()
     if config.replay.port is not None:  # before anything is written
         check_port_free("replay.port", config.replay.port)
     run_dir = os.path.abspath(config.run_dir or default_run_dir(_CONFIG.value))
@@ -266,6 +279,36 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
     # Only now: the program's modules import TensorFlow, Reverb and Launchpad (5 s
     # of CPU), which none of the refusals above (a taken port, a run_dir that cannot
     # be written, nothing to resume) needs.
+    compat.import_launchpad()
+    from launch import program  # noqa: F401 - every node module, imported before a fork
+
+    zygote = None
+    if session is None and launch_type == "local_mp" and _NODE_START.value == "fork":
+        # Here: everything a node imports is imported, and this process has made no
+        # thread, channel, TensorFlow runtime or Reverb object yet (make_program
+        # makes Reverb tables): nodes are forked from this state (launch/zygote.py).
+        threads = thread_count()
+        if threads > threads_at_launch:
+            print(
+                f"[apex] node start: each node a process of its own (this launcher has "
+                f"{threads} threads, {threads_at_launch} when the launch began: a fork could "
+                "copy a lock one of them holds)",
+                flush=True,
+            )
+        else:
+            zygote = Zygote.start()
+    try:
+        return _launch_program(
+            config, launch_type, start_time, session, placement, run_dir, resume, zygote
+        )
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def _launch_program(
+    config, launch_type, start_time, session, placement, run_dir, resume, zygote
+) -> int:
     lp = compat.import_launchpad()
     from apex import SUMMARY_KEYS
     from launch import program as program_lib
@@ -299,7 +342,11 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
         if _TERMINAL.value == "output_to_files":
             compat.set_output_to_files_dir(os.path.join(run_dir, "logs"))
             print(f"[apex] node output: {os.path.join(run_dir, 'logs')}/<node>", flush=True)
-        else:
+        if zygote is not None:
+            compat.use_node_launcher(
+                _TERMINAL.value, launch_nodes(zygote, _TERMINAL.value, verbose())
+            )
+        elif _TERMINAL.value != "output_to_files":
             compat.use_line_output()
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
         manager = lp.launch(program, launch_type=launch_type, terminal=_TERMINAL.value)

@@ -279,3 +279,30 @@ def run_tool_lines(module: str, commands: list[list[str]], timeout: float = 240)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_start_lines(text: str, actors: int = 2) -> None:
+    """The start lines (apex.coordination.startup) are in `text` (a launcher's
+    output or the coordinator's log file): each once, the coordinator's first,
+    then the replay serving before any actor inserting or the learner's first
+    SGD step, all of them whole '[apex  N.Ns] ...' lines."""
+    import re
+
+    lines = text.splitlines()
+
+    def find(pattern: str) -> int:
+        found = [
+            i for i, line in enumerate(lines) if re.match(r"\[apex +[0-9.]+s\] " + pattern, line)
+        ]
+        assert len(found) == 1, (pattern, found, text[-3000:])
+        return found[0]
+
+    up = find("coordinator up: waiting for ")
+    replay = find(r"replay serving at \S+:\d+: table ")
+    inserting = [find(f"actor_{i} inserting") for i in range(actors)]
+    learner = find(r"learner: first SGD step, [0-9.]+ s after launch")
+    progress = [
+        i for i, line in enumerate(lines) if re.match(r"\[apex +[0-9.]+s\] env_steps", line)
+    ]
+    assert up < replay < min(inserting) and replay < learner, text[-3000:]
+    assert not progress or up < progress[0], text[-3000:]

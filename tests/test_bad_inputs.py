@@ -49,6 +49,7 @@ LOAD_CASES = [
     (C, [("replay.capacity", "0")], "replay.capacity", "0", "an integer >= 1", "capacity_zero"),
     (C, [("replay.capacity", "-5")], "replay.capacity", "-5", "an integer >= 1", "capacity_negative"),
     (C, [("learner.batch_size", "0")], "learner.batch_size", "0", "an integer >= 1", "batch_size_zero"),
+    (C, [("learner.steps_per_call", "0")], "learner.steps_per_call", "0", "an integer >= 1", "steps_per_call_zero"),
     (C, [("actor.num_actors", "0")], "actor.num_actors", "0", "an integer >= 1", "num_actors_zero"),
     (C, [("actor.envs_per_actor", "-1")], "actor.envs_per_actor", "-1", "an integer >= 1", "envs_per_actor_negative"),
     (C, [("learner.learning_rate", "-0.001")], "learner.learning_rate", "-0.001", "a number > 0", "learning_rate_negative"),

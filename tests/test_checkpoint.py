@@ -221,7 +221,7 @@ def test_resume_restores_learner_counters_replay_and_priorities(tmp_path, small_
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continues(tmp_path):
-    from tests.procs import interrupt, kill_tree, start_learning, start_train
+    from tests.procs import assert_start_lines, interrupt, kill_tree, start_learning, start_train
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(run_dir, *_LONG_RUN, learner_steps=200)
@@ -229,6 +229,7 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
     assert proc.returncode == 143, out[-3000:]  # 128 + SIGTERM: stopped by a signal
     assert "did not terminate in time" not in out, out[-3000:]  # inside the stop window
     assert "checkpoint (stop)" in out, out[-3000:]
+    assert_start_lines(out, actors=2)  # no silent start, in a pipe
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     final = checkpointing.load(checkpointing.latest_complete(run_dir))
@@ -266,6 +267,7 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
         kill_tree(proc, token)
     assert proc.returncode == 0, out[-3000:]
     assert f"resuming from checkpoints/{os.path.basename(final.path)}" in out
+    assert_start_lines(out, actors=2)  # a resumed run's start says the same
     with open(os.path.join(run_dir, "summary.json")) as f:
         resumed = json.load(f)
     assert resumed["resumed_from"] == final.path

@@ -39,3 +39,28 @@ def test_the_output_to_files_dir_reaches_launchpads_module(tmp_path, monkeypatch
     compat.set_output_to_files_dir(str(tmp_path / "logs"))
     assert files._LOGGING_DIR == str(tmp_path / "logs")
     assert (tmp_path / "logs").is_dir()
+
+
+def test_a_registered_forked_process_that_is_already_reaped_is_no_error():
+    # launch.zygote's nodes are the zygote's children: their pid is gone the moment
+    # they exit. Launchpad's stop loop asks every registered process for its children.
+    import os
+    import subprocess
+    import sys
+
+    from launchpad.launch import worker_manager
+
+    manager = worker_manager.WorkerManager(register_signals=False)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    compat.register_forked_process(manager, "node", proc.pid)
+    worker = manager._active_workers["node"][0]
+    assert worker.pid == proc.pid and worker.children() == []
+    proc.kill()
+    proc.wait()  # reaped: the pid no longer exists
+    assert not os.path.exists(f"/proc/{proc.pid}")
+    assert worker.children(recursive=True) == []  # Launchpad's stop loop: no NoSuchProcess
+    manager._check_workers()  # and its watch drops the gone process
+    assert manager._active_workers["node"] == []
+    compat.register_forked_process(manager, "node", proc.pid)  # already gone: nothing to watch
+    assert manager._active_workers["node"] == []
+    manager._disable_signals()  # a SIGINT handler, when it was this process's first manager

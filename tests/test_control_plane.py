@@ -4,6 +4,7 @@ calls to the coordinator; nothing is read back from files to decide."""
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -209,3 +210,86 @@ def test_a_stop_between_two_state_writes_leaves_state_json_at_the_final_counts(
     assert state["stop_reason"] == "max_learner_steps"
     assert state["counters"]["learner_steps"] == 300
     c.close()
+
+
+class _SlowReplay:
+    """A replay client whose server answers from its `up`-th server_info on."""
+
+    server_address = "localhost:4321"
+
+    def __init__(self, up: int = 3):
+        self.calls, self.up = 0, up
+
+    def server_info(self, timeout=None):
+        from types import SimpleNamespace as NS
+
+        self.calls += 1
+        if self.calls < self.up:
+            raise TimeoutError("not serving yet")
+        rl = NS(
+            insert_stats=NS(completed=0),
+            sample_stats=NS(completed=0),
+            samples_per_insert=4.0,
+            min_size_to_sample=64,
+            min_diff=-1e7,
+            max_diff=1e7,
+        )
+        info = NS(
+            rate_limiter_info=rl,
+            current_size=0,
+            max_size=5_000,
+            num_unique_samples=0,
+            signature=None,
+        )
+        return {"transitions": info}
+
+
+def test_the_start_lines_say_each_start_event_once_in_order_before_progress(small_config):
+    """No silent start (issue 27): the coordinator says it is up and what it waits
+    for, then once each: the replay serving, every actor inserting (an early report
+    waits for the replay's line), the learner's first SGD step."""
+    import io
+    import threading
+
+    from tests.procs import wait_until
+
+    config = copy.deepcopy(small_config)
+    config.actor.num_actors = 2
+    config.logging.progress_period_seconds = 0.2
+    config.logging.metrics_period_seconds = 0.1
+    config.stop.max_wall_seconds = None
+    launched = time.time() - 1.0
+    out = io.StringIO()
+    c = Coordinator(config, "", start_time=launched, replay_client=_SlowReplay(), out=out)
+    c.report_actor(1, 300, 0, [], launched + 0.5)  # before the replay answered a poll
+    stop = threading.Event()
+    loop = threading.Thread(target=c.run, args=(stop.is_set,), daemon=True)
+    loop.start()
+    try:
+        wait_until(lambda: "actor_1 inserting" in out.getvalue(), 30, "actor_1's line")
+        c.report_actor(0, 100, 0, [], launched + 0.5)
+        c.report_actor(0, 900, 0, [], launched + 0.5)  # a second report: no second line
+        c.report_learner(5, launched + 2.5, {})
+        wait_until(lambda: "learner: first SGD" in out.getvalue(), 30, "the learner's line")
+        wait_until(lambda: out.getvalue().count("] env_steps ") >= 2, 30, "progress lines")
+    finally:
+        stop.set()
+        loop.join(30)
+    lines = out.getvalue().splitlines()
+    starts = [line for line in lines if "] env_steps " not in line]
+    assert [line.split("] ", 1)[1].split(" ")[0] for line in starts] == [
+        "coordinator",
+        "replay",
+        "actor_1",
+        "actor_0",
+        "learner:",
+    ], lines
+    assert starts[0].endswith("waiting for the replay, 2 actors and the learner's first SGD step")
+    assert (
+        "replay serving at localhost:4321: table transitions (0/5,000 items; sampled from 64)"
+        in (starts[1])
+    )
+    assert "learner: first SGD step, 2.5 s after launch (replay at 64+ transitions)" in starts[4]
+    assert lines.index(starts[0]) == 0  # before the first progress line
+    for line in lines:
+        assert re.match(r"\[apex +[0-9.]+s\] ", line), line

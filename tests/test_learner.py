@@ -138,3 +138,66 @@ def test_an_evaluation_gives_way_to_a_stop_within_an_episode(small_config):
     assert evaluator.evaluate_once(stop_on_third_step) is None
     assert len(asked) == 3 and evaluator.evaluations == 0
     assert evaluator.evaluate_once()["evaluator/evaluations"] == 1
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("jit", [False, True])
+def test_several_steps_per_call_train_as_the_same_steps_one_by_one(
+    reverb_server, small_config, jit
+):
+    """learner.steps_per_call = 4 (and jit_compile) on 8 constant batches: the
+    weights, the target copies (period 3, across calls) and the priorities are
+    those of 8 one-step calls."""
+    import tensorflow as tf
+
+    from apex.agents import get_builder
+    from apex.learner.sgd import SGDStep
+    from apex.replay.dataset import make_dataset
+
+    address = f"localhost:{reverb_server.port}"
+    fill(address, small_config, 200)
+    small_config.learner.target_update_period = 3
+    small_config.learner.jit_compile = jit
+    spec, builder = env_spec(small_config.env), get_builder(small_config)
+    ds = make_dataset(
+        address,
+        builder.item_signature(small_config, spec),
+        small_config.learner.batch_size,
+        table=builder.table,
+        transform=builder.input_transform(small_config, spec),
+    )
+    const = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
+    one, four = (SGDStep(small_config, builder, spec) for _ in range(2))
+    it, prios_one = iter(const), []
+    for s in range(8):
+        prios_one.append(one.on_iterator(it)["priorities"].numpy())
+        if (s + 1) % 3 == 0:
+            one.update_target()
+    it, prios_four = iter(const), []
+    for steps in (0, 4):
+        out = four.on_iterator(it, 4, steps)
+        assert out["keys"].shape[0] == 4 * small_config.learner.batch_size
+        prios_four.append(out["priorities"].numpy())
+    np.testing.assert_allclose(np.concatenate(prios_four), np.concatenate(prios_one), rtol=1e-5)
+    for a, b in zip(
+        one.online.weights + one.target.weights, four.online.weights + four.target.weights
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert int(four.optimizer.iterations.numpy()) == 8
+
+
+@pytest.mark.timeout(120)
+def test_a_call_of_several_steps_counts_each_step(reverb_server, small_config):
+    address = f"localhost:{reverb_server.port}"
+    fill(address, small_config, 200)
+    small_config.learner.steps_per_call = 4
+    small_config.stop.max_learner_steps = 6
+    learner = Learner(small_config, env_spec(small_config.env), address)
+    learner.step()
+    assert learner.steps == 4 and len(learner.last_update[0]) == 4 * 32
+    learner.step()  # 2 steps left before max_learner_steps
+    assert learner.steps == 6 and len(learner.last_update[0]) == 2 * 32
+    row = learner.report(0.0, None)
+    assert row["learner/steps"] == 6
+    assert row["learner/policy_lag_max_steps"] == 5.0  # items of version 0, trained by steps 1..6
+    learner.close()

@@ -179,3 +179,73 @@ def test_a_bad_flag_of_a_tool_still_exits_non_zero():
     )
     assert proc.returncode not in (0, None)
     assert "no_such_flag" in proc.stderr
+
+
+def _closed_port() -> int:
+    """A port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _finished_run(tmp_path) -> str:
+    """A stopped run's directory as the tools see it: config.json, a stopped
+    node's heartbeat, a metrics row, and the replay_address it leaves behind
+    (nobody listens there any more)."""
+    import json
+    import os
+
+    run_dir = tmp_path / "run"
+    (run_dir / "heartbeats").mkdir(parents=True)
+    (run_dir / "metrics").mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"logging": {"stall_seconds": 30.0}}))
+    beat = {  # as apex.heartbeat writes it
+        "node": "learner",
+        "pid": 1 << 22,
+        "host": os.uname().nodename,
+        "time": 1.0,
+        "received": 1.0,
+        "period_seconds": 1.0,
+        "state": "stopped",
+        "state_since": 1.0,
+        "state_seconds": 0.0,
+        "rate_per_second": 25.0,
+        "rss_mb": 300.0,
+        "counters": {"steps": 300},
+    }
+    (run_dir / "heartbeats" / "learner.json").write_text(json.dumps(beat))
+    (run_dir / "metrics" / "learner.jsonl").write_text(json.dumps({"learner/steps": 300}) + "\n")
+    (run_dir / "replay_address").write_text(f"localhost:{_closed_port()}\n")
+    return str(run_dir)
+
+
+def _tool(module: str, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    return proc, _imported(proc.stderr)
+
+
+def test_status_of_a_finished_run_imports_neither_tensorflow_nor_reverb(tmp_path):
+    """Issue 27: tools.status asks a replay server only when its address answers a
+    TCP connect; a stopped run's (its replay_address stays) is refused first."""
+    proc, modules = _tool("tools.status", _finished_run(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "learner" in proc.stdout
+    assert not (modules & HEAVY), sorted(modules & HEAVY)
+
+
+def test_replay_on_a_stopped_run_without_a_checkpoint_imports_no_heavy_library(tmp_path):
+    """tools.replay finds the server gone with a TCP connect before it imports
+    Reverb (docs/observability.md: every verb that reads replay imports Reverb and
+    TensorFlow, a live server's or a checkpoint's; this one reads none)."""
+    run_dir = _finished_run(tmp_path)
+    for verb in ("stats", "watch", "priorities"):
+        proc, modules = _tool("tools.replay", verb, f"--run_dir={run_dir}")
+        assert proc.returncode == 1, (verb, proc.stderr[-2000:])
+        assert "has no complete checkpoint to read instead" in proc.stderr, verb
+        assert not (modules & HEAVY), (verb, sorted(modules & HEAVY))

@@ -9,7 +9,14 @@ import subprocess
 
 import pytest
 
-from tests.procs import STOP_TIMEOUT, kill_tree, read_in_background, start_train, wait_for_state
+from tests.procs import (
+    STOP_TIMEOUT,
+    assert_start_lines,
+    kill_tree,
+    read_in_background,
+    start_train,
+    wait_for_state,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -60,4 +67,7 @@ def test_isolated_run_trains_and_its_replay_port_is_not_reachable_from_the_host(
     )
     assert names == ["actor/0", "actor/1", "coordinator/0", "learner/0"], names
     with open(os.path.join(logs, "coordinator/0")) as f:
-        assert "stopping: max_learner_steps" in f.read()
+        coordinator_log = f.read()
+    assert "stopping: max_learner_steps" in coordinator_log
+    # No silent start, in a file too: the start lines, whole and in order.
+    assert_start_lines(coordinator_log, actors=2)

@@ -17,7 +17,13 @@ os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 def run_tool(main: Callable[[list[str]], int]) -> None:
     """absl.app.run(main); a KeyboardInterrupt exits 130 (128 + SIGINT) quietly,
-    --help exits 0 after its text."""
+    at once, --help exits 0 after its text.
+
+    Ctrl-C ends the process with os._exit once stdout and stderr are flushed:
+    nothing of the tool is left to write, and the interpreter's finalization
+    (TensorFlow's and gRPC's threads and atexit handlers, the Reverb clients'
+    channels torn down) is not a place a user's Ctrl-C may wait on (issue 29:
+    `tools.replay watch` did not exit within 60 s of a SIGINT under load)."""
     from absl import app
 
     from launch.cli_flags import parse_absl_flags
@@ -26,7 +32,21 @@ def run_tool(main: Callable[[list[str]], int]) -> None:
         try:
             return main(argv)
         except KeyboardInterrupt:
-            print("", file=sys.stderr)
-            return 130
+            _exit_now(130)
+            raise  # not reached
 
     app.run(quiet, flags_parser=parse_absl_flags)
+
+
+def _exit_now(code: int) -> None:
+    """Flushes what the tool wrote and ends the process with `code`, no finalization."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader is gone, or the stream closed
+            pass
+    try:
+        os.write(2, b"\n")
+    except OSError:
+        pass
+    os._exit(code)

@@ -42,6 +42,13 @@ either (times-sampled counts and the rate limiter do not move), but the table
 is locked while the checkpoint is written (actors and learner pause: 0.2 s for
 20k items, ~22 s for 1M on a 2-core machine), and Reverb's checkpointer keeps
 only its newest checkpoint. Reading 1M items then takes 10-35 s here.
+
+What it imports: every COMMAND imports Reverb and so TensorFlow (1.5-2 s): a
+live server is read through reverb.Client; a checkpoint is parsed with Reverb's
+protocol-buffer modules (reverb.cc.checkpointing.checkpoint_pb2, whose package
+imports TensorFlow) and its signature decoded by TensorFlow. A --run_dir whose
+server is gone is found out by a plain TCP connect first (no gRPC wait), then
+its newest checkpoint is read. --help imports neither.
 """
 
 from __future__ import annotations
@@ -159,10 +166,23 @@ def _probe(address: str) -> None:
         ) from None
 
 
+# The live servers' clients by address: `watch` asks the same ones every refresh
+# (one gRPC channel each, not one per refresh).
+_CLIENTS: dict = {}
+
+
 def _client(address: str):
+    """A reverb.Client of the live server at `address` (the one made before, if any).
+
+    Reverb's client (and with it TensorFlow) is imported only here, after the
+    address answered a plain TCP connect: a stopped run's address (its
+    RUN_DIR/replay_address stays) is refused before any heavy import."""
+    client = _CLIENTS.get(address)
+    if client is not None:
+        return client
+    _probe(address)
     import reverb  # TensorFlow: only for a live server
 
-    _probe(address)
     client = reverb.Client(address)
     try:
         client.server_info(timeout=_TIMEOUT.value)
@@ -170,6 +190,7 @@ def _client(address: str):
         raise _Usage(
             f"cannot reach the Reverb server {address} within {_TIMEOUT.value} s: {err}", code=1
         ) from None
+    _CLIENTS[address] = client
     return client
 
 
@@ -298,24 +319,28 @@ def _stats(command: str = "stats") -> tuple[list[dict], bool, int]:
     if live is None:
         raise _Usage("give --run_dir=DIR, --server=HOST:PORT or --checkpoint=DIR")
     live, total = _select(live, "the replay")
+    reused = all(address in _CLIENTS for _, address in live)
     try:
         clients = [(name, address, _client(address)) for name, address in live]
     except _Usage as err:
         if _RUN_DIR.value and err.code == 1:  # a stopped run: its newest checkpoint
             return from_checkpoint(_run_checkpoint(command, str(err)))
         raise
-    return (
-        [
+    try:
+        shards = [
             {
                 "shard": name,
                 "address": address,
                 "tables": inspect.table_stats(c, timeout=_TIMEOUT.value),
             }
             for name, address, c in clients
-        ],
-        True,
-        total,
-    )
+        ]
+    except Exception:  # noqa: BLE001 - gone since the last refresh: ask as a first call does
+        if not reused:
+            raise
+        _CLIENTS.clear()
+        return _stats(command)
+    return shards, True, total
 
 
 def _shard_header(table: str, shards: list[tuple[str, str]], total: int, rule: bool = True) -> str:

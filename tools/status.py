@@ -14,6 +14,9 @@ every shard for a waiting learner (apex.doctor).
 
 --stacks sends SIGUSR1 to every live node process: each appends all its
 threads' stacks to RUN_DIR/stacks/<node>-<pid>.txt; the tool prints where.
+
+It imports Reverb (and so TensorFlow) only to ask a replay server whose
+address accepts a TCP connection: a finished run's status imports neither.
 """
 
 from __future__ import annotations
@@ -53,12 +56,28 @@ def _alive(beat: dict, now: float) -> bool:
     return now - float(beat.get("received", beat["time"])) <= max(10.0, 5 * period)
 
 
+def _listening(address: str) -> bool:
+    """Whether something accepts a TCP connection at HOST:PORT (within 2 s): a
+    finished run's replay address is refused at once, before Reverb and
+    TensorFlow are imported to ask it."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=2).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _replay_table(run_dir: str) -> dict | None:
     path = os.path.join(run_dir, "replay_address")
     if not os.path.exists(path):
         return None
     with open(path) as f:
         address = f.read().strip()
+    if not _listening(address):  # a stopped run keeps its replay_address
+        return None
     import reverb  # TensorFlow: only when the run has a replay server to ask
 
     try:
@@ -78,14 +97,16 @@ def _replay_shards(run_dir: str) -> list[dict] | None:
         return None
     if not shards or len(shards) == 1:
         return None
-    import reverb  # TensorFlow: only when the run has replay shards to ask
-
     out = []
     for name, address in shards:
-        try:
-            stats = table_stats(reverb.Client(address), timeout=2)
-        except Exception:  # noqa: BLE001 - a stopped shard: reported as unreachable
-            stats = None
+        stats = None
+        if _listening(address):  # a stopped shard: unreachable, without TensorFlow
+            import reverb  # TensorFlow: only when a shard of the run answers
+
+            try:
+                stats = table_stats(reverb.Client(address), timeout=2)
+            except Exception:  # noqa: BLE001 - a stopped shard: reported as unreachable
+                stats = None
         out.append({"shard": name, "address": address, "table": stats[0] if stats else None})
     return out
 

@@ -233,13 +233,19 @@ class Actor(abc.ABC):
             self._start_time = time.time()
         last_report = time.time()
         last_steps = self.env_steps
+        # The first report goes out with the first items written (the coordinator's
+        # 'actor_<i> inserting' line), not a period later: an actor the rate limiter
+        # holds from its first second on is still seen inserting.
+        items_before = self.items_written
         while not should_stop():
             if max_steps is not None and self.env_steps >= max_steps:
                 break
             self.step()
             now = time.time()
-            if now - last_report >= period:
-                self._report(now, (self.env_steps - last_steps) / (now - last_report))
+            first = items_before is not None and self.items_written > items_before
+            if first or now - last_report >= period:
+                items_before = None
+                self._report(now, (self.env_steps - last_steps) / max(now - last_report, 1e-6))
                 last_report, last_steps = now, self.env_steps
         self._report(time.time(), None)
 

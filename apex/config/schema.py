@@ -256,6 +256,11 @@ class LearnerConfig:
     """Batches prefetched ahead of the SGD step."""
     priority_update_period: int = 4
     """SGD steps whose priority updates are merged into one Reverb call."""
+    steps_per_call: int = 1
+    """SGD steps per call of the traced step (one replay server): K prefetched
+    batches, trained on in turn, their priorities sent as one update."""
+    jit_compile: bool = False
+    """Compile the SGD step's math with XLA (tf.function(jit_compile=True))."""
     seed: int = 0
     """Seed of the network initialisation."""
 

@@ -1,8 +1,8 @@
 """The coordinator: the program's control plane. It counts, receives every
 node's beats and decides liveness and "finished" from them, writes the run
 directory's files for the nodes that cannot (metrics of remote nodes,
-heartbeats, state.json, replay_address, summary.json), prints progress and
-stops the program.
+heartbeats, state.json, replay_address, summary.json), prints what the start
+waits for and then progress, and stops the program.
 
 With replay.num_shards S > 1 it polls every shard's server: the replay
 figures (metrics rows, state.json, summary.json, the progress line) are
@@ -25,6 +25,7 @@ The parts, one job each:
   counters.py     the run's counters (reports in, checkpoint state out)
   replay_poll.py  the replay servers' figures (totals and each shard's)
   summary.py      summary.json, state.json, the progress line, the metrics row
+  startup.py      the start lines: replay serving, each actor inserting, the learner's first step
   health.py       the hang doctor's findings and RUN_DIR/doctor.log
   stop.py         the stop decisions, the stop lines and the waits at a stop
   coordinator.py  the Coordinator: the RPCs and the loop, composing the above

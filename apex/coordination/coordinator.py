@@ -19,6 +19,7 @@ from apex.coordination import summary as figures
 from apex.coordination.counters import RunCounters
 from apex.coordination.health import HealthLog
 from apex.coordination.replay_poll import ReplayPoller
+from apex.coordination.startup import StartLines
 from apex.doctor import Finding
 from apex.heartbeat import HeartbeatStore
 from apex.metrics import MetricsWriter
@@ -73,6 +74,7 @@ class Coordinator:
         self._lock = threading.Lock()
         self.counters = RunCounters(config, start_time)
         self.replay = ReplayPoller(replay_client)
+        self._start_lines = StartLines(config, start_time)
         self._health = HealthLog(run_dir, config.logging, self._out)
         self._failure: NodeFailure | None = None
         self._env_steps_per_item = float(get_builder(config).env_steps_per_item(config))
@@ -273,6 +275,9 @@ class Coordinator:
         last_metrics = last_progress = time.time()
         last_env, last_learner = self.env_steps, self.counters.learner_steps
         rates: dict[str, float] = {}
+        starting = bool(lc.progress_period_seconds)  # the start lines go with progress lines
+        if starting:
+            self._print(self._start_lines.waiting_line(self.counters, self.replay))
         while not should_stop():
             time.sleep(0.1)
             now = time.time()
@@ -289,6 +294,10 @@ class Coordinator:
                 self._write_state()
                 self.check_health(now)
                 self.check_nodes(now)
+            if starting:
+                for line in self._start_lines.new_lines(self.counters, self.replay):
+                    self._print(line)
+                starting = not self._start_lines.done
             if lc.progress_period_seconds and now - last_progress >= lc.progress_period_seconds:
                 print(self.progress_line(rates), file=self._out, flush=True)
                 last_progress = now
@@ -303,6 +312,9 @@ class Coordinator:
         self.write_summary()
         self._await_final_checkpoint()
         self._await_final_beats()
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._out, flush=True)
 
     def stop(self, verdict: StopVerdict) -> None:
         """Stops the program for `verdict` (a stop criterion, or NODE_FAILED with

@@ -43,6 +43,11 @@ class RunCounters:
         self.checkpoint: dict[str, Any] | None = None
         self.checkpoint_event = threading.Event()
         self.resumed_from: str | None = None
+        # This launch's start events (apex.coordination.startup): each actor's first
+        # report (unix time, env steps since it started, its start time) and the
+        # learner's first SGD step, never restored from a checkpoint.
+        self.first_reports: dict[int, tuple[float, int, float]] = {}
+        self.first_step_this_launch: float | None = None
 
     # ------------------------------------------------------------- figures
     @property
@@ -90,8 +95,12 @@ class RunCounters:
         start_time: float | None = None,
     ) -> None:
         with self.lock:
+            now = time.time()
             if actor_id not in self.actor_start:
-                self.actor_start[actor_id] = start_time or time.time()
+                self.actor_start[actor_id] = start_time or now
+            if int(actor_id) not in self.first_reports:
+                steps = int(env_steps) - self.actor_steps.get(int(actor_id), 0)
+                self.first_reports[int(actor_id)] = (now, max(0, steps), start_time or now)
             self.actor_steps[int(actor_id)] = int(env_steps)
             self.actor_episodes[int(actor_id)] = int(episodes)
             self.recent_returns.extend(float(r) for r in returns)
@@ -104,6 +113,8 @@ class RunCounters:
             self.learner_steps = int(steps)
             if first_step_time is not None and self.learner_first_step is None:
                 self.learner_first_step = float(first_step_time)
+            if first_step_time is not None and self.first_step_this_launch is None:
+                self.first_step_this_launch = float(first_step_time)
             self.learner_row = dict(row)
         return self.checkpoint_state()
 

@@ -115,6 +115,13 @@ class ReplayPoller:
         self.info = total
         self.table_stats = [t for t in self._shard_stats if t is not None]
 
+    def answered(self, shard: int) -> dict[str, Any] | None:
+        """Shard `shard`'s table stats as of the last poll it answered (the one
+        server's with one), or None while it never answered."""
+        if self.sharded:
+            return self._shard_stats[shard]
+        return self.table_stats[0] if self.table_stats and shard == 0 else None
+
     def shard_figures(self) -> dict[str, dict[str, Any]]:
         """Each shard's figures by shard name (SHARD_KEYS; None before its first
         poll); empty with one replay server."""

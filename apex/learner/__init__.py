@@ -17,9 +17,11 @@ Its parts, one job each (the bottom ones first):
     state.py             checkpoint state, best params, checkpoint requests
     learner.py           Learner: the composition and its loop
 
-`from apex.learner import Learner` is the face.
+`from apex.learner import Learner` is the face; `SGDStep` (the step alone, on
+batches you give it) is there for benchmarks (bench/learner.py).
 """
 
 from apex.learner.learner import Learner
+from apex.learner.sgd import SGDStep
 
-__all__ = ["Learner"]
+__all__ = ["Learner", "SGDStep"]

@@ -87,8 +87,13 @@ class Learner(acme_core.Saveable):
         # One server: made on the first step (an iterator starts sampling, and
         # counting samples in the rate limiter, as soon as it exists).
         self._iterator: Any = None
+        # Steps per call of the traced step (one server): priorities of a call's
+        # k batches arrive as one put, so merge per priority_update_period steps.
+        self._steps_per_call = 1 if self._sampler else int(config.learner.steps_per_call)
         self._priorities = PriorityFeedback(
-            self.replay_clients, config.learner.priority_update_period, builder.table
+            self.replay_clients,
+            -(-int(config.learner.priority_update_period) // self._steps_per_call),
+            builder.table,
         )
         self._coordinator = coordinator
         self._metrics = metrics
@@ -121,16 +126,29 @@ class Learner(acme_core.Saveable):
 
     # ------------------------------------------------------------------ SGD
     def step(self) -> dict[str, float]:
-        """One SGD step (blocks until the rate limiter lets a batch through)."""
+        """One call of the SGD step: learner.steps_per_call SGD steps (one with
+        S > 1 shards; fewer when stop.max_learner_steps is nearer), each on its
+        own batch (blocks until the rate limiter lets the batches through)."""
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
-        out, shard = self._step_shards() if self._sampler is not None else self._step_one()
-        self.steps += 1
+        k = self._steps_per_call
+        max_steps = self._config.stop.max_learner_steps
+        if max_steps is not None and k > 1:
+            k = max(1, min(k, max_steps - self.steps))
+        out, shard = self._step_shards() if self._sampler is not None else self._step_one(k)
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.IDLE)
+        return self._account(out, shard, k)
+
+    def _account(self, out: dict[str, tf.Tensor], shard: int, k: int = 1) -> dict[str, float]:
+        """The bookkeeping after a call of k SGD steps: the step count, the
+        target copy (k = 1; k > 1 copied inside the call), the weights asked
+        for, the priorities sent, the batch statistics and the last scalars."""
+        first = self.steps + 1
+        self.steps += k
         if self.first_step_time is None:
             self.first_step_time = time.time()
-        if self.steps % self._config.learner.target_update_period == 0:
+        if k == 1 and self.steps % self._config.learner.target_update_period == 0:
             self._sgd.update_target()
         if self._weights_wanted:
             with self._weights_cv:
@@ -142,18 +160,22 @@ class Learner(acme_core.Saveable):
         self._priorities.put(keys, prios, shard)
         self.last_update = (keys, out["sampled_priorities"].numpy(), prios)
         self.last_shards = np.full(len(keys), shard, np.int32)
-        self._stats.add(self.steps, time.time(), out["provenance"].numpy(), self.last_update[1])
+        # The step that trained on each item (its policy lag is counted from there).
+        step_of = (
+            self.steps if k == 1 else np.repeat(np.arange(first, self.steps + 1), len(keys) // k)
+        )
+        self._stats.add(step_of, time.time(), out["provenance"].numpy(), self.last_update[1])
         loss, grad_norm, q_mean = out["scalars"].numpy().tolist()
         self._last = {"loss": loss, "grad_norm": grad_norm, "q_mean": q_mean}
         return self._last
 
-    def _step_one(self) -> tuple[dict[str, tf.Tensor], int]:
-        """One server: one SGD step on the next batch of its dataset; (outputs, 0)."""
+    def _step_one(self, k: int = 1) -> tuple[dict[str, tf.Tensor], int]:
+        """One server: k SGD steps on the next k batches of its dataset; (outputs, 0)."""
         while True:
             try:
                 if self._iterator is None:
                     self._iterator = iter(self._batches.dataset)
-                return self._sgd.on_iterator(self._iterator), 0
+                return self._sgd.on_iterator(self._iterator, k, self.steps), 0
             except (tf.errors.OutOfRangeError, StopIteration):
                 # The rate limiter held sampling past its timeout; start a new stream.
                 self._iterator = iter(self._batches.dataset)

@@ -30,9 +30,14 @@ class SampleStats:
         self._ages: list[np.ndarray] = []
 
     def add(
-        self, steps: int, now: float, provenance: np.ndarray, sampled_priorities: np.ndarray
+        self,
+        steps: int | np.ndarray,
+        now: float,
+        provenance: np.ndarray,
+        sampled_priorities: np.ndarray,
     ) -> None:
-        """One batch, trained on by step `steps` (1-based) at `now`."""
+        """One batch, trained on by step `steps` (1-based; or the step of each
+        item, for the batches of several steps) at `now`."""
         version, insert_time, epsilon = provenance.T
         self._lags.append(steps - 1 - version)
         self._ages.append(now - insert_time)

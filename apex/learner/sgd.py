@@ -62,13 +62,20 @@ class SGDStep:
         )
         self._beta = float(lc.importance_exponent)
         self._eps = float(config.replay.priority_epsilon)
-        self._iterator_fn: Any = None  # _train_next traced for self._iterator
+        self._target_period = int(lc.target_update_period)
+        # The math of one step, XLA-compiled with learner.jit_compile (the
+        # iterator's next() cannot be compiled: it stays in the outer function).
+        jit = bool(lc.jit_compile)
+        self._math = tf.function(self._train, jit_compile=True) if jit else self._train
+        self._iterator_fns: dict[int, Any] = {}  # _train_next traced for self._iterator, per k
         self._iterator: Any = None
         self._batch_fn: Any = None
         if batch_spec is not None:
             scalar = tf.TensorSpec([], tf.float64)
             self._batch_fn = tf.function(
-                self._train, input_signature=[batch_spec.data, batch_spec.info, scalar, scalar]
+                self._train,
+                input_signature=[batch_spec.data, batch_spec.info, scalar, scalar],
+                jit_compile=jit or None,
             )
 
     def _train(self, data, info, q, size) -> dict[str, tf.Tensor]:
@@ -99,23 +106,48 @@ class SGDStep:
             "weights": weights,
         }
 
-    def _train_next(self, iterator) -> dict[str, tf.Tensor]:
-        sample = next(iterator)
-        return self._train(sample.data, sample.info, None, sample.info.table_size)
+    def _train_next(self, iterator, k: int = 1, steps: Any = None) -> dict[str, tf.Tensor]:
+        """k steps on k batches of `iterator`; k > 1 also copies the target
+        network after each step whose number (steps + i + 1) is a multiple of
+        learner.target_update_period, and returns the k batches' keys,
+        priorities, sampled priorities, provenance and weights concatenated in
+        step order, and the last step's scalars."""
+        # Every batch first: a sampling timeout (OutOfRangeError) then leaves
+        # the variables as they were, and the caller retries the whole call.
+        samples = [next(iterator) for _ in range(k)]
+        outs = []
+        with tf.control_dependencies(tf.nest.flatten(samples) if k > 1 else []):
+            for i, sample in enumerate(samples):
+                outs.append(self._math(sample.data, sample.info, None, sample.info.table_size))
+                if k > 1:
+                    due = tf.equal(tf.math.floormod(steps + (i + 1), self._target_period), 0)
+                    tf.cond(due, self._copy_target, lambda: tf.constant(False))
+        if k == 1:
+            return outs[0]
+        merged = {key: tf.concat([o[key] for o in outs], 0) for key in outs[0] if key != "scalars"}
+        merged["scalars"] = outs[-1]["scalars"]
+        return merged
 
-    def on_iterator(self, iterator) -> dict[str, tf.Tensor]:
-        """One step on the next batch of `iterator` (one replay server).
+    def on_iterator(self, iterator, k: int = 1, steps: int = 0) -> dict[str, tf.Tensor]:
+        """k SGD steps (learner.steps_per_call) on the next k batches of
+        `iterator` (one replay server), in one call; `steps`: the steps done
+        before (k > 1 copies the target network inside the call; with k = 1
+        the caller does, update_target).
 
-        The traced function takes no argument: it captures the iterator.
-        Passing the iterator as an argument makes TF match its nested element
-        spec against the trace on every call, which cost 17-20% of a step
-        here (bench, batch 64). A new iterator (after the rate limiter held
-        sampling past its timeout) costs one new trace, about 0.3 s.
+        The traced function captures the iterator: passing the iterator as an
+        argument makes TF match its nested element spec against the trace on
+        every call, which cost 17-20% of a step here (bench, batch 64). A new
+        iterator (after the rate limiter held sampling past its timeout) costs
+        one new trace, about 0.3 s; so does each new k.
         """
-        if self._iterator_fn is None or self._iterator is not iterator:
-            self._iterator_fn = tf.function(functools.partial(self._train_next, iterator))
+        if self._iterator is not iterator:
+            self._iterator_fns = {}
             self._iterator = iterator
-        return self._iterator_fn()
+        fn = self._iterator_fns.get(k)
+        if fn is None:
+            fn = tf.function(functools.partial(self._train_next, iterator, k))
+            self._iterator_fns[k] = fn
+        return fn(tf.constant(steps, tf.int64)) if k > 1 else fn()
 
     def on_batch(self, sample: Any, q: float, total_size: int) -> dict[str, tf.Tensor]:
         """One step on a sharded sampler's batch (S > 1; needs `batch_spec`)."""
@@ -126,8 +158,12 @@ class SGDStep:
             tf.constant(float(total_size), tf.float64),
         )
 
+    def _copy_target(self) -> tf.Tensor:
+        for t, o in zip(self.target.weights, self.online.weights):
+            t.assign(o)
+        return tf.constant(True)
+
     @tf.function
     def update_target(self) -> None:
         """Copies the online weights into the target network."""
-        for t, o in zip(self.target.weights, self.online.weights):
-            t.assign(o)
+        self._copy_target()
