@@ -80,8 +80,7 @@ Example (a user's script):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from apex import checkpointing, compat, heartbeat, lifecycle, netns
 from apex.config import ApexConfig, apply_override, load_config_file
@@ -99,6 +98,7 @@ from apex.exploration import band_labels, epsilon_bands, slot_epsilons
 from apex.heartbeat import pid_alive, read_heartbeats
 from apex.inference import BatchingServer, InferenceService, bucket_size, follow_learner
 from apex.jsonio import write_json_atomic
+from apex.lazy import lazy_names
 from apex.lifecycle import STOP_WINDOW
 from apex.model_store import ModelStore
 from apex.output import (
@@ -158,17 +158,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 
 __all__ = [

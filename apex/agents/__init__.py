@@ -42,7 +42,6 @@ Example (a policy for a config, as the tools make one):
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from apex.agents.builder import AgentBuilder
@@ -51,6 +50,7 @@ from apex.agents.layers import check_torso
 from apex.agents.r2d2.builder import SEQUENCES_TABLE, R2D2Builder
 from apex.config import ApexConfig
 from apex.errors import ConfigError
+from apex.lazy import lazy_names
 from apex.specs import EnvSpec
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -116,17 +116,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 
 __all__ = [

@@ -18,7 +18,8 @@ Head layouts (on top of a feature vector):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -347,3 +348,11 @@ def forward_np(
         return head_np(weights[k:], x, dueling), None
     h, c = lstm_np(x, state, weights[k], weights[k + 1])
     return head_np(weights[k + 2 :], h, dueling), (h, c)
+
+
+def numpy_step(config: Any) -> Callable[..., Any]:
+    """forward_np for `config`'s network: step(weights, obs, state) -> (q, state)
+    (the acting network's numpy step of both agents)."""
+    lc = config.learner
+    num_torso = num_torso_arrays(lc.torso, lc.hidden_sizes, lc.conv_layers)
+    return functools.partial(forward_np, num_torso=num_torso, dueling=lc.dueling)

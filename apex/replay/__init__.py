@@ -35,9 +35,9 @@ Example (the figures of a live run's replay, as tools.status prints them):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from apex.lazy import lazy_names
 from apex.replay.shards import (
     ADDRESSES_FILE,
     actors_of_shard,
@@ -63,17 +63,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 
 __all__ = [

@@ -8,7 +8,6 @@ flat list of arrays: the torso's (apex.agents.layers), then the head's.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,16 +114,10 @@ def make_network(config: Any, spec: Any, seed: int = 0) -> QNetwork:
     )
 
 
-def _numpy_step(config: Any):
-    lc = config.learner
-    num_torso = layers.num_torso_arrays(lc.torso, lc.hidden_sizes, lc.conv_layers)
-    return functools.partial(layers.forward_np, num_torso=num_torso, dueling=lc.dueling)
-
-
 # What the acting policy runs (apex.agents.policy.ActingPolicy): no state.
 ACTING = ActingNetwork(
     recurrent=False,
     make_network=make_network,
-    numpy_step=_numpy_step,
+    numpy_step=layers.numpy_step,
     initial_state=lambda config, batch_size: None,
 )

@@ -9,7 +9,6 @@ Gates are ordered (input, forget, cell, output); the forget bias starts at 1.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -169,16 +168,10 @@ def make_network(config: Any, spec: Any, seed: int = 0) -> RecurrentQNetwork:
     )
 
 
-def _numpy_step(config: Any):
-    lc = config.learner
-    num_torso = layers.num_torso_arrays(lc.torso, lc.hidden_sizes, lc.conv_layers)
-    return functools.partial(layers.forward_np, num_torso=num_torso, dueling=lc.dueling)
-
-
 # What the acting policy runs (apex.agents.policy.ActingPolicy): an (h, c) per env slot.
 ACTING = ActingNetwork(
     recurrent=True,
     make_network=make_network,
-    numpy_step=_numpy_step,
+    numpy_step=layers.numpy_step,
     initial_state=lambda config, batch_size: zero_state(batch_size, config.r2d2.lstm_size),
 )
