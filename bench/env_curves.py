@@ -4,8 +4,10 @@ r"""Learning curves beyond CartPole (issue 18): the default config, only the env
         [--max_actor_steps=N | --max_actor_steps=ENV=N ...] [--explicit_target]
         [--override=--config.a.b=v ...] [--out=DIR]
 
-For each env and seed, one after the other, a fresh `python -m launch.train`
-(local_mp) of
+For each env, its seeds are one experiment (launch.experiment, the project's
+one way to run seeds: seed S sets `seed` and `learner.seed`) in
+OUT/experiments/<env> (a new temp folder without --out), one seed after the other, each a fresh
+`python -m launch.train` (local_mp) of
 
     python -m launch.train --config=configs/apex_cartpole.py --config.env.id=ENV
         --config.seed=S --config.stop.max_actor_steps=N --config.stop.when_solved=false
@@ -64,10 +66,12 @@ import platform
 import shlex
 import statistics
 import sys
+import tempfile
 
-from common import ROOT, fmt, header, run_program, save_results
+from common import ROOT, fmt, header, save_results
 
 from apex import git_commit, read_jsonl
+from launch.experiment import run_experiment, trial_results
 
 CONFIG = "configs/apex_cartpole.py"
 DEFAULT_ENVS = ("Acrobot-v1", "LunarLander-v3")
@@ -368,6 +372,10 @@ def main() -> None:
     args = parser.parse_args()
 
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    experiments = os.path.join(
+        os.path.abspath(args.out) if args.out else tempfile.mkdtemp(prefix="apex-env-curves-"),
+        "experiments",
+    )
     budgets = budgets_for(envs, args.max_actor_steps)
     print(header("bench/env_curves.py"), flush=True)
     print(f"extra overrides: {args.override or 'none (the default config, only the env changed)'}")
@@ -390,12 +398,27 @@ def main() -> None:
         print(f"\n== {env_id}: {args.seeds} seeds x {budget:,} env steps", flush=True)
         print(f"   {command}", flush=True)
         runs = []
-        for seed in range(args.seeds):
-            overrides = overrides_for(env_id, seed, budget, target, args.override)
-            try:
-                s = run_program(CONFIG, overrides, timeout=wall_guard(budget) + GRACE_SECONDS)
-            except Exception as e:  # noqa: BLE001 (a failed run is a row, not the end)
-                runs.append({"seed": seed, "error": f"{type(e).__name__}: {e}"[:300]})
+        sets = [
+            a.removeprefix("--config.")
+            for a in overrides_for(env_id, 0, budget, target, args.override)
+            if not a.startswith("--config.seed=")
+        ]
+        os.chdir(ROOT)  # the trials' `python -m launch.train`
+        out = os.path.join(experiments, env_id.replace("/", "_"))
+        code, record = run_experiment(
+            CONFIG,
+            out,
+            seeds=list(range(args.seeds)),
+            sets=[*sets, "logging.progress_period_seconds=10"],
+            trial_timeout=wall_guard(budget) + GRACE_SECONDS,
+        )
+        if code == 130:
+            sys.exit(code)
+        print(f"   experiment: {out} (python -m tools.experiment report {out})", flush=True)
+        for s in trial_results(out, record):
+            seed = s["seed"]
+            if s["state"] != "finished" and not s.get("eval_return_mean"):
+                runs.append({"seed": seed, "error": f"{s['state']}: {s['cause']}"[:300]})
                 print(f"seed {seed}: FAILED {runs[-1]['error']}", flush=True)
                 continue
             row = run_row(seed, budget, threshold, s)

@@ -1,9 +1,12 @@
 r"""Does a solved run stay solved? The default CartPole run, over several seeds.
 
-    .venv/bin/python bench/stability.py --seeds 5 --seconds 300 [--override=--config.a.b=v ...]
+    .venv/bin/python bench/stability.py --seeds 5 --seconds 300 [--override=--config.a.b=v ...] [--out=DIR]
 
-Each seed is a fresh `python -m launch.train` (local_mp) for --seconds wall
-seconds that does not stop when solved. From the evaluator's metrics
+The seeds are one experiment (launch.experiment: the project's one way to run
+seeds; seed S sets `seed` and `learner.seed`), in --out (default: a new temp
+folder; rerun the same command with the same --out to resume it): each seed a
+`python -m launch.train` (local_mp) for --seconds wall seconds that does not
+stop when solved. `python -m tools.experiment report OUT` reports it too. From the evaluator's metrics
 (RUN_DIR/metrics/evaluator.jsonl; each evaluation is evaluation.episodes greedy
 episodes) it takes the first evaluation whose mean reaches the target (475) and
 counts how many of the later evaluations stay at or above it. The goal (issue
@@ -17,10 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
+import tempfile
 
-from common import fmt, header, run_program, save_results
+from common import ROOT, fmt, header, save_results
 
 from apex import read_jsonl
+from launch.experiment import run_experiment, trial_results
 
 GOAL = 0.90
 
@@ -60,23 +66,35 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--override", action="append", default=[], help="extra --config.* argument")
+    parser.add_argument("--out", default=None, help="the experiment's folder (a new temp folder)")
     args = parser.parse_args()
 
     print(header("bench/stability.py"), flush=True)
     print(f"overrides: {args.override or 'none (the default config)'}", flush=True)
+    out = os.path.abspath(args.out or tempfile.mkdtemp(prefix="apex-stability-"))
+    sets = [
+        f"stop.max_wall_seconds={args.seconds:g}",
+        "stop.max_actor_steps=None",
+        "stop.when_solved=false",
+        "logging.progress_period_seconds=10",
+        *(o.removeprefix("--config.") for o in args.override),
+    ]
+    os.chdir(ROOT)  # the trials' `python -m launch.train`
+    code, record = run_experiment(
+        "configs/apex_cartpole.py",
+        out,
+        seeds=list(range(args.seeds)),
+        sets=sets,
+        trial_timeout=args.seconds + 180,
+    )
+    if code == 130:
+        sys.exit(code)
     runs = []
-    for seed in range(args.seeds):
-        s = run_program(
-            "configs/apex_cartpole.py",
-            [
-                f"--config.seed={seed}",
-                f"--config.stop.max_wall_seconds={args.seconds}",
-                "--config.stop.max_actor_steps=None",
-                "--config.stop.when_solved=false",
-                *args.override,
-            ],
-            timeout=args.seconds + 180,
-        )
+    for s in trial_results(out, record):
+        seed = s["seed"]
+        if s["state"] != "finished":
+            print(f"seed {seed}: {s['state']} ({s['cause']})", flush=True)
+            continue
         evals = evaluations(s["run_dir"])
         st = stability(evals, args.target)
         t0 = s.get("clock_start_time") or (evals[0][0] if evals else 0.0)
@@ -104,9 +122,9 @@ def main() -> None:
         )
     shares = [r["share"] for r in runs if r["share"] is not None]
     solved = sum(1 for r in runs if r["solved_at_eval"] is not None)
-    met = solved == len(runs) and all(s >= GOAL for s in shares)
+    met = solved == args.seeds and all(s >= GOAL for s in shares)  # a failed seed: not met
     print(
-        f"solved {solved}/{len(runs)} seeds; share of later evaluations >= {args.target:g}: "
+        f"solved {solved}/{args.seeds} seeds; share of later evaluations >= {args.target:g}: "
         f"median {fmt(100 * statistics.median(shares)) if shares else '-'}%, "
         f"min {fmt(100 * min(shares)) if shares else '-'}%, per seed "
         f"{[None if s is None else round(100 * s) for s in (r['share'] for r in runs)]}; "
@@ -119,6 +137,7 @@ def main() -> None:
             "seconds": args.seconds,
             "target": args.target,
             "overrides": args.override,
+            "experiment": out,
             "goal_met": met,
             "runs": runs,
         },

@@ -1,4 +1,5 @@
-"""Command-line tools: replay (inspect replay), status (a run's nodes), plot.
+"""Command-line tools: replay (inspect replay), status (a run's nodes), plot, experiment
+(an experiment's report).
 
 `run_tool(main)` is every tool's entry: absl's app.run, with Ctrl-C ending the
 tool with exit code 130 and no traceback.
