@@ -267,7 +267,12 @@ def compatibility_problems(saved: dict[str, Any], current: dict[str, Any]) -> li
             hint = ""
             saved_keys = set(saved_sig) if isinstance(saved_sig, dict) else set()
             current_keys = set(current_sig) if isinstance(current_sig, dict) else set()
-            if saved_keys & {"obs_pair", "obs"} and "obs_frames" in current_keys:
+            if "obs_pair" in saved_keys and any(str(k).startswith("row_") for k in current_keys):
+                hint = (
+                    " (a checkpoint of transitions in three columns, from before they were "
+                    "stored as one row: resume it with --config.replay.transition_layout=columns)"
+                )
+            elif saved_keys & {"obs_pair", "obs"} and "obs_frames" in current_keys:
                 hint = (
                     " (a checkpoint of whole observations in every item, from before frames "
                     "were stored once: resume it with --config.replay.frame_storage=packed)"

@@ -284,6 +284,12 @@ def validate(config: ApexConfig) -> None:
         "one of ['auto', 'packed']",
     )
     _check(
+        r.transition_layout in ("auto", "columns"),
+        "replay.transition_layout",
+        r.transition_layout,
+        "one of ['auto', 'columns']",
+    )
+    _check(
         r.frame_compression in ("zstd", "lz4", "none"),
         "replay.frame_compression",
         r.frame_compression,

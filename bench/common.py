@@ -31,13 +31,42 @@ def run_program(config: str, overrides: list[str], timeout: float) -> dict:
         *overrides,
     ]
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        cpu = _node_cpu_until_exit(proc, run_dir, timeout)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     summary["process_seconds"] = time.time() - t0
     summary["returncode"] = proc.returncode
     summary["run_dir"] = run_dir
+    summary["node_cpu_seconds"] = cpu
     return summary
+
+
+def _node_cpu_until_exit(proc: subprocess.Popen, run_dir: str, timeout: float) -> dict:
+    """Waits for `proc` (killed past `timeout`); meanwhile, every 0.25 s, each
+    node's process CPU seconds (every thread, psutil; the node pids from the
+    run's heartbeats): {node: the last value seen before the node exited}."""
+    import psutil
+
+    cpu: dict[str, float] = {}
+    beats = os.path.join(run_dir, "heartbeats")
+    deadline = time.time() + timeout
+    while proc.poll() is None:
+        if time.time() > deadline:
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        for name in os.listdir(beats) if os.path.isdir(beats) else []:
+            try:
+                with open(os.path.join(beats, name)) as f:
+                    pid = json.load(f)["pid"]
+                t = psutil.Process(pid).cpu_times()
+                cpu[name.removesuffix(".json")] = t.user + t.system
+            except (OSError, ValueError, KeyError, psutil.Error):
+                pass
+        time.sleep(0.25)
+    return cpu
 
 
 def fill_transitions(client, n: int, batch: int = 1000) -> float:

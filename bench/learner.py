@@ -39,16 +39,25 @@ from common import ROOT, header, save_results
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-CONFIGS = {"cartpole": "apex_cartpole", "atari": "apex_atari"}
+# name: (config file, overrides); "cartpole-columns" is CartPole's layout before
+# issue 28 (three columns per item), measured beside the default's one row.
+CONFIGS = {
+    "cartpole": ("apex_cartpole", {}),
+    "cartpole-columns": ("apex_cartpole", {"replay.transition_layout": "columns"}),
+    "atari": ("apex_atari", {}),
+}
 # name: (steps_per_call, jit_compile)
 VARIANTS = {"base": (1, False), "jit": (1, True), "k4": (4, False), "k4_jit": (4, True)}
 PARTS = ("sampling", "transform", "sgd", "priorities", "bookkeeping", "inserts")
 
 
 def _config(name: str, batch: int, items: int, k: int = 1, jit: bool = False):
-    from apex import load_config_file
+    from apex import apply_override, load_config_file
 
-    c = load_config_file(os.path.join(ROOT, "configs", f"{CONFIGS[name]}.py"))
+    path, overrides = CONFIGS[name]
+    c = load_config_file(os.path.join(ROOT, "configs", f"{path}.py"))
+    for field, value in overrides.items():
+        apply_override(c, field, value)
     c.replay.capacity = max(items, batch)
     c.replay.min_size = 1
     c.replay.error_buffer = 1e12  # no throttling: measure the learner alone
@@ -235,14 +244,14 @@ def main() -> None:
     inserts: dict[str, float] = {}
     spi: dict[str, float] = {}
     for name in args.configs:
-        items = args.items or (20_000 if name == "cartpole" else 3_000)
+        items = args.items or (3_000 if name == "atari" else 20_000)
         cfg = _config(name, max(args.batches), items)
         spi[name] = float(cfg.replay.samples_per_insert)
         server = reverb.Server(make_tables(cfg, env_spec(cfg.env)))
         address = f"localhost:{server.port}"
         _fill(cfg, address, items)
         inserts[name] = insert_cpu_per_item(
-            name, address, min(items, 4_000 if name == "cartpole" else 800)
+            name, address, min(items, 800 if name == "atari" else 4_000)
         )
         for batch in args.batches:
             measure(name, batch, address, items, args.variants, args, rec)

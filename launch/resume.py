@@ -3,7 +3,10 @@ against the config) and the stop limits the run has left."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
+from typing import Any
 
 from apex import ApexConfig, ConfigError, checkpointing
 from apex.agents import get_builder
@@ -49,10 +52,49 @@ def resume_checkpoint(
 
     builder = get_builder(config)
     spec = env_spec(config.env)
-    shapes = [list(w.shape) for w in builder.make_network(config, spec, seed=0).weights]
+    shapes = _in_child(lambda: [list(w.shape) for w in builder.make_network(config, spec).weights])
     current = checkpointing.make_manifest(config, builder.item_signature(config, spec), shapes)
     checkpointing.check_compatible(checkpoint, current)
     return checkpoint
+
+
+def _in_child(fn: Callable[[], Any]) -> Any:
+    """fn()'s JSON-able result, computed in a forked child process.
+
+    Building the network starts TensorFlow's runtime (its thread pools) in the
+    process that does it, and the launcher forks its nodes (launch/zygote.py)
+    only from a process without such threads: the launcher imports TensorFlow
+    (2 threads, none of the runtime's) and lets a child build the network.
+    Where os.fork is missing, fn() runs here (the nodes are then spawned).
+    """
+    import tensorflow  # noqa: F401 - imported once, here, for the child and every node
+
+    if not hasattr(os, "fork"):
+        return fn()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, then leave without running the parent's atexit hooks
+        code = 0
+        try:
+            os.close(read)
+            try:
+                out = {"ok": fn()}
+            except Exception as err:  # noqa: BLE001 - sent to the parent, raised there
+                out = {"error": f"{type(err).__name__}: {err}"}
+            with os.fdopen(write, "w") as f:
+                json.dump(out, f)
+        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    out = json.loads(text) if text else {"error": "the child that builds the network died"}
+    if "error" in out:
+        raise RuntimeError(out["error"])
+    return out["ok"]
 
 
 def check_limits_left(config: ApexConfig, state: dict) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv with CPython 3.10 and installs apex with the locked dependency
-# set. Idempotent: does nothing when pyproject.toml and the lock are unchanged.
+# set. Idempotent: does nothing when pyproject.toml's [build-system] and [project]
+# tables and the lock are unchanged.
 # Finds Python 3.10 by itself: $APEX_PYTHON, pyenv (3.10.13, then any 3.10),
 # then python3.10 / python3 on PATH.
 set -euo pipefail
@@ -29,7 +30,9 @@ find_python() {
   return 1
 }
 
-stamp_of() { cat pyproject.toml requirements-py310.lock.txt | sha256sum | cut -d' ' -f1; }
+# What the install depends on: pyproject.toml up to its [tool.*] tables (a lint
+# or test setting does not rebuild the venv) and the lock.
+stamp_of() { { sed '/^\[tool\./,$d' pyproject.toml; cat requirements-py310.lock.txt; } | sha256sum | cut -d' ' -f1; }
 
 if [ -x .venv/bin/python ] && is_py310 .venv/bin/python && [ -f .venv/.apex-stamp ] \
    && [ "$(cat .venv/.apex-stamp)" = "$(stamp_of)" ]; then

@@ -65,6 +65,7 @@ LOAD_CASES = [
     (C, [("agent", "dqn")], "agent", "'dqn'", "one of ['apex_dqn', 'r2d2']", "unknown_agent"),
     (C, [("replay.insert_priority", "loudest")], "replay.insert_priority", "'loudest'", "one of ['actor_td', 'max_seen', 'constant']", "unknown_insert_priority"),
     (C, [("replay.frame_storage", "zstd")], "replay.frame_storage", "'zstd'", "one of ['auto', 'packed']", "unknown_frame_storage"),
+    (C, [("replay.transition_layout", "rows")], "replay.transition_layout", "'rows'", "one of ['auto', 'columns']", "unknown_transition_layout"),
     (C, [("replay.frame_compression", "brotli")], "replay.frame_compression", "'brotli'", "one of ['zstd', 'lz4', 'none']", "unknown_frame_compression"),
     (R2D2, [("r2d2.sequence_period", "30")], "r2d2.sequence_period", "30", "at most r2d2.sequence_length (20)", "r2d2_period_above_length"),
     (R2D2, [("r2d2.burn_in", "19")], "r2d2.burn_in", "19", "less than r2d2.sequence_length - 1 (19)", "r2d2_burn_in_too_large"),

@@ -145,9 +145,9 @@ def test_an_evaluation_gives_way_to_a_stop_within_an_episode(small_config):
 def test_several_steps_per_call_train_as_the_same_steps_one_by_one(
     reverb_server, small_config, jit
 ):
-    """learner.steps_per_call = 4 (and jit_compile) on 8 constant batches: the
-    weights, the target copies (period 3, across calls) and the priorities are
-    those of 8 one-step calls."""
+    """learner.steps_per_call = 4 (and jit_compile) on 8 constant batches, a new
+    iterator for each call: the weights, the target copies (period 3, across
+    calls) and the priorities are those of 8 one-step calls."""
     import tensorflow as tf
 
     from apex.agents import get_builder
@@ -173,9 +173,17 @@ def test_several_steps_per_call_train_as_the_same_steps_one_by_one(
         prios_one.append(one.on_iterator(it)["priorities"].numpy())
         if (s + 1) % 3 == 0:
             one.update_target()
-    it, prios_four = iter(const), []
+    # A call whose iterator ends mid-call (a sampling timeout) changes nothing.
+    with pytest.raises(tf.errors.OutOfRangeError):
+        four.on_iterator(iter(const.take(2)), 4, 0)
+    prios_four = []
     for steps in (0, 4):
-        out = four.on_iterator(it, 4, steps)
+        # A new iterator per call, as after the rate limiter held sampling past
+        # its timeout: a new trace, the old one dropped, and still no error.
+        import gc
+
+        out = four.on_iterator(iter(const), 4, steps)
+        gc.collect()
         assert out["keys"].shape[0] == 4 * small_config.learner.batch_size
         prios_four.append(out["priorities"].numpy())
     np.testing.assert_allclose(np.concatenate(prios_four), np.concatenate(prios_one), rtol=1e-5)

@@ -5,7 +5,12 @@ import reverb
 
 from apex.agents import TRANSITIONS_TABLE
 from apex.replay.dataset import make_dataset
-from apex.replay.tables import transition_signature, unpack_item, unpack_transitions
+from apex.replay.tables import (
+    row_signature,
+    transition_signature,
+    unpack_item,
+    unpack_transitions,
+)
 from apex.replay.writer import TransitionWriter
 from tests.procs import wait_until
 
@@ -64,7 +69,8 @@ def test_dataset_yields_batches_of_the_signature_with_sample_info(reverb_server,
         w.write(
             batch_of(small_config.replay.min_size + 10), np.ones(small_config.replay.min_size + 10)
         )
-    sig = transition_signature(env_spec(small_config.env))
+    sig = client.server_info()[TRANSITIONS_TABLE].signature  # the builder's layout (one row)
+    assert sig == row_signature(env_spec(small_config.env))
     import functools
 
     import tensorflow as tf
@@ -132,3 +138,79 @@ def test_writer_held_by_the_rate_limiter_waits_then_returns_at_a_stop():
         assert w.close(timeout=0.5) is False  # the rest could not be confirmed
     finally:
         server.stop()
+
+
+def test_both_transition_layouts_give_back_every_field_exactly_in_numpy_and_tensorflow(
+    small_config,
+):
+    """replay.transition_layout 'auto' (one float64 row per item on CartPole's
+    vector) and 'columns' (three columns) store the same values: a sampled item
+    unpacks to the same fields, dtypes included, in the tools (numpy) and in
+    the learner's input (TensorFlow)."""
+    import functools
+
+    import tensorflow as tf
+
+    from apex.agents import make_tables
+    from apex.envs import env_spec
+
+    eps = np.array([0.4, 0.1, 0.01, 0.001], np.float32)
+    seen = {}
+    for layout in ("auto", "columns"):
+        small_config.replay.transition_layout = layout
+        spec = env_spec(small_config.env)
+        server = reverb.Server(make_tables(small_config, spec))
+        try:
+            client = reverb.Client(f"localhost:{server.port}")
+            sig = client.server_info()[TRANSITIONS_TABLE].signature
+            expected = row_signature(spec) if layout == "auto" else transition_signature(spec)
+            assert sig == expected
+            with TransitionWriter(client, TRANSITIONS_TABLE, 2, eps, slot_offset=8) as w:
+                w.write(batch_of(80), np.ones(80))
+            (s,) = client.sample(
+                TRANSITIONS_TABLE,
+                num_samples=1,
+                emit_timesteps=False,
+                unpack_as_table_signature=True,
+            )
+            d = unpack_item(s.data)
+            row = int(d["obs"][0]) // 4
+            np.testing.assert_array_equal(d["obs"], np.arange(4 * row, 4 * row + 4))
+            np.testing.assert_array_equal(d["next_obs"], d["obs"] + 1)
+            assert int(d["actor"]) == 2 and int(d["slot"]) == 8 + row % 4
+            assert float(d["epsilon"]) == eps[row % 4] and float(d["discount"]) == np.float32(0.99)
+            seen[layout] = {k: (np.asarray(v).dtype, np.asarray(v).shape) for k, v in d.items()}
+            ds = make_dataset(
+                f"localhost:{server.port}",
+                sig,
+                batch_size=8,
+                prefetch=0,
+                table=TRANSITIONS_TABLE,
+                transform=functools.partial(unpack_transitions, xp=tf),
+            )
+            batch = next(iter(ds)).data
+            np.testing.assert_array_equal(batch["next_obs"], batch["obs"] + 1)
+            assert {k: v.dtype.name for k, v in batch.items()} == {
+                k: dtype.name for k, (dtype, _) in seen[layout].items()
+            }
+        finally:
+            server.stop()
+    assert seen["auto"] == seen["columns"]
+    assert seen["auto"]["obs"][0] == np.float32 and seen["auto"]["action"][0] == np.int32
+
+
+def test_a_checkpoint_of_three_columns_is_refused_naming_transition_layout_columns(small_config):
+    from apex.checkpointing import compatibility_problems
+    from apex.config import to_dict
+    from apex.envs import env_spec
+
+    spec = env_spec(small_config.env)
+    sig = {
+        "columns": {k: str(v) for k, v in transition_signature(spec).items()},
+        "auto": {k: str(v) for k, v in row_signature(spec).items()},
+    }
+    config = to_dict(small_config)
+    saved = {"config": config, "table": {"signature": sig["columns"]}}
+    current = {"config": config, "table": {"signature": sig["auto"]}}
+    (problem,) = compatibility_problems(saved, current)
+    assert "resume it with --config.replay.transition_layout=columns" in problem

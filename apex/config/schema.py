@@ -109,6 +109,15 @@ class ReplayConfig:
     learner decodes them back bit for bit; tools.replay shows them as images.
     Pong, per frame: Snappy alone ~374 B, zstd ~155 B, zstd blocks of 8 ~55 B
     (docs/benchmarks.md, issue 16)."""
+    transition_layout: str = "auto"
+    """How Ape-X stores a transition on a vector observation. 'auto': one
+    float64 row per item (obs, next_obs, action, reward, discount and
+    provenance) when the observation is 1-D, at most 512 elements, of a dtype
+    float64 holds exactly; Reverb's work per sampled item grows with its
+    columns, so the learner samples ~2x cheaper (docs/benchmarks.md, issue
+    28). 'columns': three columns (obs_pair, scalars, provenance), the layout
+    before issue 28 (it resumes checkpoints of that layout). Frame storage
+    (frame_storage) and R2D2 sequences are not affected."""
     colocate_with_learner: bool = True
     """Run the Reverb server in the learner's process (no gRPC on sampling)."""
     port: int | None = None
@@ -260,7 +269,10 @@ class LearnerConfig:
     """SGD steps per call of the traced step (one replay server): K prefetched
     batches, trained on in turn, their priorities sent as one update."""
     jit_compile: bool = False
-    """Compile the SGD step's math with XLA (tf.function(jit_compile=True))."""
+    """Compile the SGD step's math with XLA (tf.function(jit_compile=True)). On
+    this CPU it makes the whole step slower (docs/benchmarks.md, issue 28); a
+    local_mp launch then spawns its nodes instead of forking them (TensorFlow
+    cannot run the compiled function in a process forked after its import)."""
     seed: int = 0
     """Seed of the network initialisation."""
 

@@ -227,6 +227,8 @@ class Learner(acme_core.Saveable):
         last_t, last_steps = time.time(), self.steps
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
+        if self._sampler is None:  # traced while the actors fill the table
+            self._sgd.prepare(self._batches.element_spec, self._steps_per_call)
         self._batches.wait_for_min_size(should_stop)
         try:
             while not should_stop():

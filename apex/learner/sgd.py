@@ -69,6 +69,8 @@ class SGDStep:
         self._math = tf.function(self._train, jit_compile=True) if jit else self._train
         self._iterator_fns: dict[int, Any] = {}  # _train_next traced for self._iterator, per k
         self._iterator: Any = None
+        # k > 1: _train_next traced once per k with the iterator as an argument
+        self._k_fn = tf.function(self._train_next)
         self._batch_fn: Any = None
         if batch_spec is not None:
             scalar = tf.TensorSpec([], tf.float64)
@@ -121,7 +123,12 @@ class SGDStep:
                 outs.append(self._math(sample.data, sample.info, None, sample.info.table_size))
                 if k > 1:
                     due = tf.equal(tf.math.floormod(steps + (i + 1), self._target_period), 0)
-                    tf.cond(due, self._copy_target, lambda: tf.constant(False))
+                    # A select, not tf.cond: a cond's branch functions went
+                    # missing in node processes forked by the zygote ("Op type
+                    # not registered 'cond_true_N'"), and this costs one
+                    # elementwise op per weight.
+                    for t, o in zip(self.target.weights, self.online.weights):
+                        t.assign(tf.where(due, o, t))
         if k == 1:
             return outs[0]
         merged = {key: tf.concat([o[key] for o in outs], 0) for key in outs[0] if key != "scalars"}
@@ -134,12 +141,17 @@ class SGDStep:
         before (k > 1 copies the target network inside the call; with k = 1
         the caller does, update_target).
 
-        The traced function captures the iterator: passing the iterator as an
-        argument makes TF match its nested element spec against the trace on
-        every call, which cost 17-20% of a step here (bench, batch 64). A new
+        k = 1: the traced function captures the iterator: passing the iterator
+        as an argument makes TF match its nested element spec against the trace
+        on every call, which cost 17-20% of a step here (bench, batch 64). A new
         iterator (after the rate limiter held sampling past its timeout) costs
-        one new trace, about 0.3 s; so does each new k.
+        one new trace, about 0.3 s. k > 1: the iterator is an argument (that
+        match is paid once per k steps), so the function is traced once for
+        every iterator of the dataset, and can be traced before the first batch
+        exists (`prepare`): the k inlined steps take 1-1.5 s to trace here.
         """
+        if k > 1:
+            return self._k_fn(iterator, k, tf.constant(steps, tf.int64))
         if self._iterator is not iterator:
             self._iterator_fns = {}
             self._iterator = iterator
@@ -148,6 +160,15 @@ class SGDStep:
             fn = tf.function(functools.partial(self._train_next, iterator, k))
             self._iterator_fns[k] = fn
         return fn(tf.constant(steps, tf.int64)) if k > 1 else fn()
+
+    def prepare(self, element_spec: Any, k: int) -> None:
+        """Traces the k-step function (k > 1) for iterators of batches of
+        `element_spec` before any batch exists: the learner does it while the
+        actors fill the table to replay.min_size (start-up, issue 27)."""
+        if k > 1:
+            self._k_fn.get_concrete_function(
+                tf.data.IteratorSpec(element_spec), k, tf.TensorSpec([], tf.int64)
+            )
 
     def on_batch(self, sample: Any, q: float, total_size: int) -> dict[str, tf.Tensor]:
         """One step on a sharded sampler's batch (S > 1; needs `batch_spec`)."""

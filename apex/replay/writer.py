@@ -13,11 +13,14 @@ import tree
 
 from apex import compat
 from apex.replay.frame_codec import compresses, encode, sequence_block
+from apex.replay.stats import stats_from_server_info
 from apex.replay.tables import (
+    ROW_PREFIX,
     SEQUENCE_META,
     SEQUENCE_STEP_FIELDS,
     TRANSITION_PROVENANCE,
     TRANSITION_SCALARS,
+    row_column,
 )
 
 # How items are written: one Reverb item per transition (or R2D2 sequence),
@@ -39,16 +42,60 @@ from apex.replay.tables import (
 # env steps/s.
 
 
+# A write that waits for room watches its stream (TransitionWriter._wait): after
+# stall_seconds without a confirmation it asks the server every
+# STALL_PROBE_SECONDS, each call bounded by STALL_PROBE_TIMEOUT seconds.
+STALL_PROBE_SECONDS = 1.0
+STALL_PROBE_TIMEOUT = 2
+
+
+class ReplayStalled(RuntimeError):
+    """A writer's stream to the replay stopped moving while the server answers and
+    its rate limiter would take an insert: the stream is broken (a network
+    partition leaves it so: Reverb's writer does not recover). The actor goes on
+    with a new client and writer (launch.nodes.actor); `pending` items were
+    never confirmed (lost in flight), after `seconds` without a confirmation."""
+
+    def __init__(self, address: str, seconds: float, pending: int, error: str = ""):
+        self.address, self.seconds, self.pending = address, float(seconds), int(pending)
+        why = f"; last stream error {error}" if error else ""
+        super().__init__(
+            f"the stream to the replay at {address} took no item for {seconds:.0f} s while the "
+            f"server answers and would take inserts ({pending} items unconfirmed{why})"
+        )
+
+
 # Items as the table's columns (the layouts: apex.replay.tables; unpacked there).
 
 
+def _stores_rows(client: reverb.Client, table: str) -> bool:
+    """True if `table` stores transitions as one row each (its signature says so:
+    the builder chose the layout, apex.replay.tables.stores_rows)."""
+    return row_column(client.server_info(timeout=30)[table].signature) is not None
+
+
 def pack_transitions(
-    batch: dict, actor: int, slots: np.ndarray, epsilons: np.ndarray, now: float
+    batch: dict,
+    actor: int,
+    slots: np.ndarray,
+    epsilons: np.ndarray,
+    now: float,
+    rows: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Rows of `batch` (NStepAccumulator.add's output) as the three stored columns."""
+    """Rows of `batch` (NStepAccumulator.add's output) as the stored columns: the
+    three columns, or with `rows` one float64 row per item (row_signature)."""
     fields = {**batch, "epsilon": epsilons, "actor": actor, "slot": slots, "insert_time": now}
-    out = {"obs_pair": np.stack([batch["obs"], batch["next_obs"]], axis=1)}
     n = len(batch["action"])
+    if rows:
+        d = int(np.prod(np.shape(batch["obs"])[1:], dtype=np.int64))
+        names = TRANSITION_SCALARS + TRANSITION_PROVENANCE
+        row = np.empty((n, 2 * d + len(names)), np.float64)
+        row[:, :d] = np.reshape(batch["obs"], (n, d))
+        row[:, d : 2 * d] = np.reshape(batch["next_obs"], (n, d))
+        for i, name in enumerate(names):
+            row[:, 2 * d + i] = fields[name]
+        return {ROW_PREFIX + np.asarray(batch["obs"]).dtype.name: row}
+    out = {"obs_pair": np.stack([batch["obs"], batch["next_obs"]], axis=1)}
     for column, names, dtype in (
         ("scalars", TRANSITION_SCALARS, np.float32),
         ("provenance", TRANSITION_PROVENANCE, np.float64),
@@ -127,6 +174,7 @@ class TransitionWriter:
         # item is checked against them before it is sent.
         self._chunk_length = int(chunk_length)
         self._writer = compat.reverb_trajectory_writer(client, chunk_length, 3000)
+        self._rows: bool | None = None  # the table's layout, asked at the first write
         self.items_written = 0
         self.seconds_writing = 0.0
         self._frames: _FrameStreams | None = None  # set by start_frames
@@ -203,11 +251,18 @@ class TransitionWriter:
 
     def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         """Writes every row of `batch` (see NStepAccumulator.add) with its priority,
-        packed into the table's three columns (apex.replay.tables)."""
+        packed into the table's columns (one row or three: apex.replay.tables)."""
         t0 = time.perf_counter()
         local = np.asarray(batch["slot"], np.int64)
+        if self._rows is None:
+            self._rows = self._frames is None and _stores_rows(self._client, self._table)
         packed = pack_transitions(
-            batch, int(self._actor), self._slot_offset + local, self._epsilons[local], time.time()
+            batch,
+            int(self._actor),
+            self._slot_offset + local,
+            self._epsilons[local],
+            time.time(),
+            rows=self._rows,
         )
         if self._frames is None:
             self._insert(packed, priorities)
@@ -262,20 +317,94 @@ class TransitionWriter:
 
     def _wait(self, pending: int, timeout: float | None, stoppable: bool = True) -> bool:
         """Waits (the GIL released) until at most `pending` items are unconfirmed;
-        False if `timeout` s passed, or (`stoppable`) should_stop() became true, first."""
+        False if `timeout` s passed, or (`stoppable`) should_stop() became true, first.
+
+        Without a timeout (a write waiting for room) it watches the stream: after
+        `stall_seconds` without a confirmation it asks the server (server_info) every
+        STALL_PROBE_SECONDS. No answer: the link is down (`unreachable_since`), it
+        waits on. An answer whose rate limiter would take an insert, twice in a row:
+        the stream itself is broken (what a partition leaves behind; Reverb's writer
+        does not recover from it) and ReplayStalled is raised for a new writer."""
         if stoppable and self._should_stop():
             timeout = 0.001  # stopping: one look, no wait
-        end = None if timeout is None else time.monotonic() + timeout
+        began = time.monotonic()
+        end = None if timeout is None else began + timeout
+        watch = end is None and self.stall_seconds is not None
+        next_probe = began + (self.stall_seconds or 0.0)
+        open_probes = 0
         while True:
             step = 1.0 if end is None else min(1.0, max(end - time.monotonic(), 0.001))
             try:
                 self._writer.Flush(pending, max(1, int(1000 * step)))
+                self.unreachable_since = None
                 return True
             except RuntimeError as err:
                 if "Timeout exceeded" not in str(err):
-                    raise
+                    if not watch:
+                        raise
+                    self._stream_error = f"{type(err).__name__}: {str(err)[:200]}"
+                    time.sleep(0.2)  # a broken stream answers at once: no busy loop
             if (stoppable and self._should_stop()) or (end is not None and time.monotonic() >= end):
                 return False
+            now = time.monotonic()
+            if watch and now >= next_probe:
+                next_probe = now + STALL_PROBE_SECONDS
+                verdict = self._probe()
+                if verdict == "unreachable":
+                    open_probes = 0
+                    if self.unreachable_since is None:
+                        self.unreachable_since = time.time()
+                else:
+                    self.unreachable_since = None
+                    open_probes = open_probes + 1 if verdict == "open" else 0
+                    if open_probes >= 2:
+                        raise ReplayStalled(
+                            self._client_address(),
+                            now - began,
+                            self._pending_items(),
+                            self._stream_error,
+                        )
+
+    # Seconds a write waits for room without any confirmation before the writer
+    # asks the server whether its stream is broken (None: never ask, wait on).
+    stall_seconds: float | None = 5.0
+    unreachable_since: float | None = None  # time.time() the server stopped answering
+    _stream_error = ""
+
+    def _client_address(self) -> str:
+        return str(getattr(self._client, "server_address", "?"))
+
+    def _probe(self) -> str:
+        """'unreachable' (no answer within STALL_PROBE_TIMEOUT s), 'open' (this
+        writer's table would take an insert now) or 'held' (its rate limiter
+        holds inserts: waiting is right)."""
+        try:
+            info = self._client.server_info(timeout=STALL_PROBE_TIMEOUT)
+        except Exception:  # noqa: BLE001 - no answer: the link or the server is down
+            return "unreachable"
+        try:
+            stats = {t["table"]: t for t in stats_from_server_info(info)}
+            return "open" if stats[self._table]["rate_limiter"]["can_insert"] else "held"
+        except Exception:  # noqa: BLE001 - an answer without our table: not our stream's fault
+            return "held"
+
+    def _pending_items(self) -> int:
+        """How many of this writer's items the server has not confirmed (a
+        bisection of Flush with 1 ms timeouts; max_in_flight_items if it errs)."""
+        lo, hi = 0, self._max_in_flight
+        try:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                try:
+                    self._writer.Flush(mid, 1)
+                    hi = mid
+                except RuntimeError as err:
+                    if "Timeout exceeded" not in str(err):
+                        return self._max_in_flight
+                    lo = mid + 1
+        except Exception:  # noqa: BLE001 - a count, not worth a failure
+            return self._max_in_flight
+        return lo
 
     def flush(self, timeout: float | None = None) -> bool:
         """Blocks until the server confirmed every item written so far (or

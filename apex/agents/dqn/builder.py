@@ -23,12 +23,16 @@ class ApexDQNBuilder(AgentBuilder):
     def item_signature(self, config, spec):
         from apex.replay.tables import (  # TensorFlow: not on import
             frame_transition_signature,
+            row_signature,
             stores_frames,
+            stores_rows,
             transition_signature,
         )
 
         if stores_frames(config, spec):  # each frame stored once (issue 16)
             return frame_transition_signature(spec, config.replay.frame_compression)
+        if stores_rows(config, spec):  # one column per item (issue 28)
+            return row_signature(spec)
         return transition_signature(spec)
 
     def input_transform(self, config, spec) -> Callable[[dict], dict]:
