@@ -71,10 +71,14 @@ def reverb_trajectory_writer(
 
 # --------------------------------------------------------------- Launchpad
 def in_launchpad_node_process() -> bool:
-    """Whether this process is a local_mp node process of its own (Launchpad 0.5.0
-    starts each node as `python .../launchpad/launch/run_locally/process_entry.py`;
-    there is no public way to ask)."""
-    return bool(sys.argv) and sys.argv[0].endswith("process_entry.py")
+    """Whether this process is a program node's process of its own: Launchpad 0.5.0
+    starts each local_mp node as `python .../launchpad/launch/run_locally/process_entry.py`
+    (there is no public way to ask), the Ray launcher as `python -m
+    launch.node_process` (argv[0] its path)."""
+    if not sys.argv:
+        return False
+    argv0 = sys.argv[0].replace("\\", "/")
+    return argv0.endswith("process_entry.py") or argv0.endswith("launch/node_process.py")
 
 
 def set_node_termination_window(seconds: float) -> None:

@@ -123,8 +123,14 @@ def diagnose(
                     node,
                     age,
                     f"no heartbeat from pid {beat.get('pid')} for {age:.0f} s (last state: "
-                    f"{state}): the process died or is hung; `python -m tools.status RUN_DIR "
-                    "--stacks` dumps the stacks of live nodes",
+                    f"{state}): the process died or is hung"
+                    + (
+                        f", or host {beat.get('host')} is cut off from this one (a network "
+                        "partition: it carries on when the link returns)"
+                        if beat.get("host") not in (None, hb.HOST)
+                        else ""
+                    )
+                    + "; `python -m tools.status RUN_DIR --stacks` dumps the stacks of live nodes",
                 )
             )
             continue

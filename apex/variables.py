@@ -20,8 +20,11 @@ class VariableClient:
     The first pull blocks (retrying until `timeout` seconds) so an actor never
     acts on weights the learner does not have. Later pulls are asynchronous:
     every `update_period` env steps one request is issued; its result is swapped
-    in at the first `maybe_update` after it arrives.
+    in at the first `maybe_update` after it arrives; one unanswered for
+    `request_timeout` seconds is cancelled and asked again.
     """
+
+    request_timeout = 30.0
 
     def __init__(
         self,
@@ -35,6 +38,7 @@ class VariableClient:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._future: concurrent.futures.Future | None = None
         self._last_request_step = 0
+        self._requested_at = 0.0
         self.num_updates = 0
         self.changed = True
         deadline = time.time() + timeout
@@ -77,8 +81,17 @@ class VariableClient:
             except Exception:  # noqa: BLE001 - keep acting on the old weights; retry next period
                 pass
             self._future = None
+        elif (
+            self._future is not None
+            and time.monotonic() - self._requested_at > self.request_timeout
+        ):
+            # No answer for that long (a network partition can swallow a call):
+            # give up on it, so the next period asks again on a live connection.
+            self._future.cancel()
+            self._future = None
         if self._future is None and env_steps - self._last_request_step >= self._period:
             self._future = self._request()
+            self._requested_at = time.monotonic()
             self._last_request_step = env_steps
         return swapped
 

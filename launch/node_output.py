@@ -8,7 +8,8 @@ apex.output). Usage, as the launcher builds it:
 
 It ignores SIGINT/SIGTERM/SIGQUIT itself (as decorate_output does): Launchpad
 signals the node, and this process passes on every line the node writes until
-the node exits, then exits with the node's code.
+the node exits, then exits with the node's code. An actor's node that dies of
+a signal nobody sent to stop it is started again (launch.node_restarts).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 
 def main(argv: list[str]) -> int:
@@ -26,11 +28,38 @@ def main(argv: list[str]) -> int:
     title, colour, command = argv[1], int(argv[2]), argv[4:]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
-    from apex import LineFilter, verbose, write_lines
+    from apex import compat, write_lines
 
     out = sys.stdout.fileno()
-    lines = LineFilter(f"[{title}] ", colour, tty=os.isatty(out), keep_all=verbose())
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # the node's prints reach us as they happen
+    entry = compat.node_entry_args(command)
+    restarts = None
+    if entry is not None:  # an actor whose process dies is started again (launch.node_restarts)
+        from launch.node_restarts import ProcessRestarts
+
+        restarts = ProcessRestarts.for_node(title, entry[1], env)
+    death = None  # the code of the death that made the slot give up
+    while True:
+        started = time.monotonic()
+        pid, code = _run_once(command, env, title, colour, out)
+        step = (
+            None if restarts is None else restarts.after_exit(pid, code, time.monotonic() - started)
+        )
+        if step is None:  # after a give-up start, the wrapper ends as the death did
+            return code if death is None else death
+        if step.give_up:
+            death = code
+        write_lines(out, [f"[apex] {step.message}\n".encode()])
+        if not restarts.wait(step.wait):
+            return code
+        env = dict(env, **step.env)
+
+
+def _run_once(command: list[str], env: dict, title: str, colour: int, out: int) -> tuple[int, int]:
+    """Runs the node once, passing its output on; (its pid, its exit code)."""
+    from apex import LineFilter, verbose, write_lines
+
+    lines = LineFilter(f"[{title}] ", colour, tty=os.isatty(out), keep_all=verbose())
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -50,7 +79,8 @@ def main(argv: list[str]) -> int:
         reader = reader and write_lines(out, batch)
     if reader:
         write_lines(out, lines.flush())
-    return proc.wait()
+    proc.stdout.close()
+    return proc.pid, proc.wait()
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ machine, launch.ray_cluster), what it has, and the program's placement on it."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import math
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -43,6 +45,7 @@ class RaySession:
     free_cpus: float
     launcher_node: str = ""  # the Ray node this driver is attached to
     simulated: Any = None
+    launcher_ip_source: str = "Ray's choice"  # how launcher_ip was chosen (NodeAddress.source)
 
     def shutdown(self) -> None:
         # Deferred: Ray is optional (the 'ray' extra); import_ray says when it is missing.
@@ -139,6 +142,131 @@ class SimulatedCluster:
                 self._proc.kill()
 
 
+# ------------------------------------------------------ the driver's own node
+@dataclasses.dataclass(frozen=True)
+class NodeAddress:
+    """The address the launcher's Ray driver attaches to (`ip`, None: Ray's own
+    choice) and how it was chosen (`source`, for the launch line and placement.json)."""
+
+    ip: str | None
+    source: str
+
+
+def route_ip(host: str, port: int = 6379) -> str | None:
+    """The address of this host that routes to `host` (the source address the
+    kernel picks for it: a UDP socket's connect sends nothing); None when no
+    route goes there or `host` does not resolve."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port)))
+            return str(s.getsockname()[0])
+    except (OSError, ValueError):
+        return None
+
+
+def local_raylet_ips() -> set[str]:
+    """The node addresses of the Ray nodes running on this host (their raylets'
+    --node_ip_address): the addresses a driver here can attach to."""
+    try:
+        import psutil  # a dependency of apex (pyproject.toml)
+    except ImportError:
+        return set()
+    found = set()
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if proc.info["name"] != "raylet":
+                continue
+            for arg in proc.info["cmdline"] or ():
+                if arg.startswith("--node_ip_address="):
+                    found.add(arg.split("=", 1)[1])
+        except (psutil.Error, TypeError):
+            continue
+    return found
+
+
+def head_address(address: str) -> str | None:
+    """HOST:PORT of the head `address` names: itself, or for 'auto' the
+    RAY_ADDRESS variable or the address `ray start` recorded on this host
+    (Ray's own file, <tmp>/ray/ray_current_cluster); None if neither."""
+    if address != "auto":
+        return address
+    env = os.environ.get("RAY_ADDRESS", "")
+    if env and env != "auto":
+        return env
+    try:
+        with open(os.path.join(tempfile.gettempdir(), "ray", "ray_current_cluster")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def check_node_ip(value: str) -> str:
+    """`--ray_node_ip`, validated: an IP address of this host (ConfigError if not)."""
+    try:
+        ip = str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        raise ConfigError(
+            "--ray_node_ip",
+            value,
+            "an IP address of this host (e.g. 10.0.0.5), or '' for the "
+            "address that routes to the Ray head",
+        ) from None
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((ip, 0))
+    except OSError as err:
+        raise ConfigError(
+            "--ray_node_ip", value, f"an address of one of this host's interfaces ({err.strerror})"
+        ) from None
+    return ip
+
+
+def choose_node_ip(address: str, flag: str = "", raylets: set[str] | None = None) -> NodeAddress:
+    """The address the launcher's driver attaches to Ray with (`_node_ip_address`).
+
+    A driver attaches to the Ray node on its host with that address. Left to
+    Ray, on a host whose hostname several Ray nodes share (network namespaces,
+    containers) or whose default route leaves by another interface than the
+    cluster's (cloud VMs, InfiniBand), it may attach to another node's raylet,
+    and the launcher would think it runs there. In order:
+
+    1. `flag` (--ray_node_ip), validated (an address of this host; a Ray node
+       must run on it);
+    2. the address that routes to the head (`route_ip`), if a Ray node runs on it;
+    3. the one address of the Ray nodes on this host, if there is one;
+    4. Ray's own choice (None).
+
+    raylets: the addresses of this host's Ray nodes (default: local_raylet_ips()).
+
+    Example:
+        >>> choose_node_ip("10.77.0.11:6379", raylets={"10.77.0.11", "10.77.0.12"}).source
+        'routes to the head 10.77.0.11'
+    """
+    if raylets is None:
+        raylets = local_raylet_ips()
+    if flag:
+        ip = check_node_ip(flag)
+        if raylets and ip not in raylets:
+            raise ConfigError(
+                "--ray_node_ip",
+                flag,
+                f"the address of a Ray node on this host ({', '.join(sorted(raylets))}); start "
+                f"one with `ray start --node-ip-address={ip} ...`",
+            )
+        return NodeAddress(ip, "--ray_node_ip")
+    head = head_address(address)
+    if head:
+        host, _, port = head.rpartition(":")
+        routed = route_ip(host, int(port)) if port.isdigit() and host else None
+        if routed and routed in raylets and not ipaddress.ip_address(routed).is_loopback:
+            return NodeAddress(routed, f"routes to the head {host}")
+    if len(raylets) == 1:
+        only = next(iter(raylets))
+        return NodeAddress(only, "the one Ray node on this host")
+    return NodeAddress(None, "Ray's choice")
+
+
 def cluster_nodes(ray: Any) -> list[ClusterNode]:
     """The alive nodes of the connected cluster, as apex.placement reads them."""
     out = []
@@ -168,9 +296,13 @@ def cluster_nodes(ray: Any) -> list[ClusterNode]:
     return out
 
 
-def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession:
+def connect(address: str, simulate_nodes: int, config: ApexConfig, node_ip: str = "") -> RaySession:
     """Connects to the cluster at `address` ('auto', HOST:PORT), or starts a
-    simulated one of `simulate_nodes` nodes on this machine (address ignored)."""
+    simulated one of `simulate_nodes` nodes on this machine (address ignored).
+    The driver attaches to the Ray node `choose_node_ip` picks (node_ip: the
+    --ray_node_ip flag, '' to choose by the route to the head)."""
+    if node_ip:
+        check_node_ip(node_ip)  # refused before Ray is imported
     ray = import_ray()
     simulated = None
     if simulate_nodes:
@@ -191,12 +323,20 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
     elif address != "auto":
         _check_reachable(address)
     try:
+        chosen = choose_node_ip(address, node_ip)
+    except ConfigError:
+        if simulated is not None:
+            simulated.shutdown()
+        raise
+    extra = {} if chosen.ip is None else {"_node_ip_address": chosen.ip}
+    try:
         ray.init(
             address=address,
             namespace=RAY_NAMESPACE,
             log_to_driver=False,
             logging_level=logging.WARNING,
             include_dashboard=False,
+            **extra,
         )
     except (ConnectionError, RuntimeError, ValueError) as err:
         if simulated is not None:
@@ -219,6 +359,7 @@ def connect(address: str, simulate_nodes: int, config: ApexConfig) -> RaySession
         free_cpus=free,
         launcher_node=ray.get_runtime_context().get_node_id(),
         simulated=simulated,
+        launcher_ip_source=chosen.source,
     )
 
 
@@ -231,19 +372,21 @@ def plan(config: ApexConfig, session: RaySession) -> tuple[dict[str, str], list[
 
 
 def open_session(
-    config: ApexConfig, address: str, simulate_nodes: int
+    config: ApexConfig, address: str, simulate_nodes: int, node_ip: str = ""
 ) -> tuple[RaySession, tuple[dict[str, str], list[Demand]]]:
     """Connects (`connect`) and plans the placement (`plan`) before anything is
     created, with the learner on this host (the run directory is written there).
     Returns (the session, (placement, demands)); a refusal shuts the session down."""
-    session = connect(address, simulate_nodes, config)
+    session = connect(address, simulate_nodes, config, node_ip)
     try:
         placement, wanted = plan(config, session)
         home = next(n for n in session.nodes if n.node_id == placement["learner"])
         if home.ip != session.launcher_ip:
             raise PlacementError(
-                f"the learner's node {home.short} is not this host ({session.launcher_ip}); "
-                "start the launcher on the learner's host: the run directory is written there"
+                f"the learner's node {home.short} is not this host ({session.launcher_ip}, "
+                f"{session.launcher_ip_source}); start the launcher on the learner's host (the "
+                "run directory is written there), or name this host's Ray address with "
+                "--ray_node_ip"
             )
     except BaseException:
         session.shutdown()

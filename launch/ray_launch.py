@@ -19,7 +19,9 @@ learner on host A. Courier and Reverb listen on every interface.
 
 Faults: a NodeHost whose Ray worker or node died is an actor's host: the
 actor starts again on any node that fits, under apex.restart's policy (the
-one a local actor follows after an exception); a server node's host (the
+one a local actor follows after an exception); an actor's process that dies
+of a signal (SIGKILL, the OOM killer, a crash) while its NodeHost lives starts
+again under that host, under the same policy (launch.node_restarts); a server node's host (the
 learner's, the coordinator's) stops the program in order with "node failed".
 Stops: Ctrl-C/SIGTERM on the launcher, or `lp.stop()` in a node, SIGTERM every
 node process (Launchpad's orderly stop, as local_mp does), SIGKILL what is left
@@ -52,7 +54,9 @@ from apex import (
     recorded_failure,
     write_json_atomic,
 )
-from launch.node_env import RESTARTED_ENV
+from launch import node_process
+from launch.node_env import PROCESS_RESTART_ENV, RESTARTED_ENV
+from launch.node_restarts import death_text, died_unasked, policy_env
 from launch.ray_connect import RaySession, import_ray
 from launch.ray_host import NodeHost, free_ports
 
@@ -158,6 +162,7 @@ class RayLauncher:
         self._control_address = f"{session.launcher_ip}:{self._control_port}"
         compat.prepare_nodes(program, StopViaLauncher(self._control_address))
         self._env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        self._env.update(policy_env(config))  # dead actors come back: the coordinator waits
         self._coordinator_address: str | None = None
 
     # -------------------------------------------------------------- start
@@ -200,10 +205,14 @@ class RayLauncher:
         compat.bind_node_addresses(slot.node, [f"{ip}:{p}" for p in ports])
 
     def _start(self, slot: _Slot, restarted: bool = False) -> None:
-        payload, argv_tail = compat.node_entry(slot.node)
+        payload, _ = compat.node_entry(slot.node)
+        # HELPER-31: launch.node_process, not process_entry.py: the node ends with
+        # os._exit as a local_mp node does (no interpreter finalization to hang in).
+        argv_tail = node_process.argv_tail()
         env = dict(self._env)
         if restarted:
             env[RESTARTED_ENV] = "1"
+            env[PROCESS_RESTART_ENV] = str(slot.restarts)  # the actor's actor/restarts
         self._ray.get(slot.host.start.remote(payload, argv_tail, env), timeout=60)
         slot.started = time.time()
 
@@ -231,6 +240,9 @@ class RayLauncher:
             {
                 "ray_address": self._session.address,
                 "launcher_node": self._session.launcher_node,
+                # HELPER-31: the address the launcher's driver attached with, and why.
+                "launcher_ip": self._session.launcher_ip,
+                "launcher_ip_source": self._session.launcher_ip_source,
                 "nodes": {
                     s.demand.name: {
                         "ray_node": s.info.get("node_id"),
@@ -246,7 +258,11 @@ class RayLauncher:
 
     def placement_text(self) -> str:
         hosts = {s.demand.name: s.info.get("node_id", "?") for s in self._slots}
-        return describe_placement(hosts, self._session.nodes)
+        session = self._session
+        return (
+            f"{describe_placement(hosts, session.nodes)}; launcher at {session.launcher_ip} "
+            f"({session.launcher_ip_source})"
+        )
 
     # -------------------------------------------------------------- run
     def request_stop(self) -> None:
@@ -269,7 +285,7 @@ class RayLauncher:
 
     def _tick(self, period: float) -> None:
         ray = self._ray
-        slots = self._alive()
+        slots = [s for s in self._alive() if s.restart_at is None]  # not one waiting to restart
         futures = {s.host.tick.remote(): s for s in slots}
         deadline = time.time() + max(period, 0.05)
         ready, _ = ray.wait(list(futures), num_returns=len(futures), timeout=10.0)
@@ -281,6 +297,8 @@ class RayLauncher:
                 self._host_died(slot, err)
                 continue
             self._out(lines)
+            if code is not None and self._process_died(slot, code):
+                continue
             if code is not None:
                 slot.exit_code = code
                 if code != 0 and not self._stop.is_set():
@@ -343,8 +361,48 @@ class RayLauncher:
             f"{decision.wait:.1f} s"
         )
 
+    def _process_died(self, slot: _Slot, code: int) -> bool:
+        """An actor's process that died of a signal nobody sent to stop it while its
+        NodeHost lives (SIGKILL, the OOM killer, a crash): schedules its restart under
+        the same host (apex.restart's policy; launch.node_restarts), or past
+        actor.max_restarts fails the program. False: not such a death."""
+        if self._stop.is_set() or slot.demand.label != "actor" or not died_unasked(code):
+            return False
+        reason = f"{slot.title}'s process {death_text(code)}"
+        c = self._config.actor
+        slot.restarts += 1
+        decision = decide_restart(
+            slot.restarts,
+            slot.backoff or c.restart_backoff_seconds,
+            time.time() - slot.started,
+            c.restart_backoff_seconds,
+            c.max_restarts,
+        )
+        if not decision.restart:
+            slot.exit_code = code
+            self._fail(f"{reason}, {slot.restarts} times (actor.max_restarts={c.max_restarts})")
+            return True
+        slot.backoff = decision.next_backoff
+        slot.restart_at = time.time() + decision.wait
+        self._say(
+            f"{reason}; restart {slot.restarts}/{c.max_restarts} under its NodeHost in "
+            f"{decision.wait:.1f} s (same slot, counters carried on)"
+        )
+        return True
+
     def _restart(self, slot: _Slot) -> None:
         slot.restart_at = None
+        if slot.host is not None:  # only its process died: start it again where it was
+            try:
+                self._forget(slot.demand.name)
+                self._start(slot, restarted=True)
+            except Exception as err:  # noqa: BLE001 - its host is gone too: the next tick says so
+                self._say(f"{slot.title} could not be restarted under its NodeHost: {err}")
+                self._host_died(slot, err)
+                return
+            self._say(f"{slot.title} restarted under its NodeHost")
+            self._record_placement()
+            return
         try:
             slot.host = self._new_host(slot, None)  # any node with its CPUs and resource
             self._await_infos([slot])
@@ -375,7 +433,7 @@ class RayLauncher:
         if self._stop_sent_at is None:
             self._stop_sent_at = now
             for slot in self._slots:
-                if slot.host is None and not slot.done:
+                if (slot.host is None or slot.restart_at is not None) and not slot.done:
                     slot.exit_code = -1  # waiting for a restart: nothing to stop
                 slot.restart_at = None
             self._signal_all(signal.SIGTERM)

@@ -71,7 +71,7 @@ from apex import (  # noqa: E402
     verbose,
     write_lines,
 )
-from launch import cli_flags, ray_connect, ray_launch  # noqa: E402
+from launch import cli_flags, node_restarts, ray_connect, ray_launch  # noqa: E402
 from launch.exit_codes import (  # noqa: E402
     EXIT_BAD_INPUT,
     EXIT_SIGNAL,
@@ -142,6 +142,13 @@ _RAY_SIMULATE = flags.DEFINE_integer(
     "With --launcher=ray: start a Ray cluster of this many nodes on this machine for the run "
     "(Ray's own multi-node simulation; a head with 'apex_learner', workers with "
     "'apex_actor') and shut it down afterwards. 0: use --ray_address.",
+)
+
+_RAY_NODE_IP = flags.DEFINE_string(
+    "ray_node_ip",
+    "",
+    "With --launcher=ray: this host's address in the Ray cluster (the one its Ray node was "
+    "started with, `ray start --node-ip-address`). '': the address that routes to the head.",
 )
 
 _OVERRIDES: list[tuple[str, str]] = []
@@ -219,7 +226,7 @@ def main(argv: list[str]) -> int:
     if _LAUNCHER.value == "ray":
         session, placement = _connect_ray(config, launch_type)
     else:
-        for name in ("ray_address", "ray_simulate_nodes"):
+        for name in ("ray_address", "ray_simulate_nodes", "ray_node_ip"):
             if flags.FLAGS[name].present:
                 raise ConfigError(
                     f"--{name}", flags.FLAGS[name].value, "given only with --launcher=ray"
@@ -242,7 +249,9 @@ def _connect_ray(config: ApexConfig, launch_type: str):
         raise ConfigError(
             "--isolate_network", True, "False with --launcher=ray (nodes talk across hosts)"
         )
-    return ray_connect.open_session(config, _RAY_ADDRESS.value, _RAY_SIMULATE.value)
+    return ray_connect.open_session(
+        config, _RAY_ADDRESS.value, _RAY_SIMULATE.value, _RAY_NODE_IP.value
+    )
 
 
 def _launch(config, launch_type, start_time, session, placement, env_packages=None) -> int:
@@ -288,7 +297,14 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
         # thread, channel, TensorFlow runtime or Reverb object yet (make_program
         # makes Reverb tables): nodes are forked from this state (launch/zygote.py).
         threads = thread_count()
-        if threads > threads_at_launch:
+        if config.learner.jit_compile:
+            print(
+                "[apex] node start: each node a process of its own (learner.jit_compile: "
+                "TensorFlow cannot find the XLA-compiled step's function in a process forked "
+                "after its import; a spawned learner runs it)",
+                flush=True,
+            )
+        elif threads > threads_at_launch:
             print(
                 f"[apex] node start: each node a process of its own (this launcher has "
                 f"{threads} threads, {threads_at_launch} when the launch began: a fork could "
@@ -348,6 +364,9 @@ def _launch_program(
             )
         elif _TERMINAL.value != "output_to_files":
             compat.use_line_output()
+        if zygote is not None or _TERMINAL.value != "output_to_files":
+            # Every node's wrapper can start a dead actor process again (launch.node_restarts).
+            os.environ.update(node_restarts.policy_env(config))
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
         manager = lp.launch(program, launch_type=launch_type, terminal=_TERMINAL.value)
         record_signals()

@@ -40,6 +40,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -224,21 +225,60 @@ def _reap(sock: socket.socket) -> None:
 
 
 def _wait(pid: int) -> int:
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    """The exit code of child `pid`, as Popen gives it (-N: killed by signal N)."""
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _shell_code(code: int) -> int:
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N
 
 
 def _run_wrapper(spec: dict, fds: list[int]) -> int:
     """The wrapper: `spec` = {title, mode ('lines' | 'file'), colour, tty, keep_all,
     env, argv, data_file, task_id, init_file}; fds[0]: where output goes (the
-    launcher's stdout, or the node's log file)."""
+    launcher's stdout, or the node's log file); fds[1], if sent: where the
+    wrapper's own notices go (the launcher's stdout, in 'file' mode).
+
+    An actor's node process that dies of a signal nobody sent to stop it
+    (SIGKILL, SIGSEGV, ...) is forked again from this wrapper's warm copy
+    (launch.node_restarts: the same slot, apex.restart's policy); this pid,
+    the one Launchpad stops, stays the same."""
+    from launch.node_restarts import ProcessRestarts
+
     out = fds[0]
+    notices = fds[1] if len(fds) > 1 else out
+    others = [fd for fd in fds[1:] if fd != out]  # not for the node
+    restarts = ProcessRestarts.for_node(spec["title"], int(spec["task_id"]), spec["env"])
+    death = None  # the code of the death that made the slot give up
+    while True:
+        started = time.monotonic()
+        pid, code = _run_node_once(spec, out, others)
+        ran = time.monotonic() - started
+        step = None if restarts is None else restarts.after_exit(pid, code, ran)
+        if step is None:  # after a give-up start, the wrapper ends as the death did
+            return _shell_code(code if death is None else death)
+        if step.give_up:
+            death = code
+        _notice(notices, f"[apex] {step.message}")
+        if not restarts.wait(step.wait):
+            return _shell_code(code)
+        spec = dict(spec, env=dict(spec["env"], **step.env))
+
+
+def _notice(fd: int, line: str) -> None:
+    from apex import write_lines
+
+    write_lines(fd, [(line + "\n").encode()])
+
+
+def _run_node_once(spec: dict, out: int, others: list[int]) -> tuple[int, int]:
+    """Forks the node, passes its output on until it ends; (its pid, its exit
+    code). `others`: the wrapper's descriptors the node must not hold."""
     if spec["mode"] == "file":
-        node = _fork_node(spec, out, keep=[])
-        os.close(out)
-        return _wait(node)
+        node = _fork_node(spec, out, keep=others)
+        return node, _wait(node)
     read_end, write_end = os.pipe()
-    node = _fork_node(spec, write_end, keep=[read_end, out])
+    node = _fork_node(spec, write_end, keep=[read_end, out, *others])
     os.close(write_end)
     from apex import LineFilter, write_lines
 
@@ -251,9 +291,10 @@ def _run_wrapper(spec: dict, fds: list[int]) -> int:
         if not data:
             break
         reader = reader and write_lines(out, lines.feed(data))
+    os.close(read_end)
     if reader:
         write_lines(out, lines.flush())
-    return _wait(node)
+    return node, _wait(node)
 
 
 def _fork_node(spec: dict, out: int, keep: list[int]) -> int:
@@ -364,8 +405,8 @@ def launch_nodes(zygote: Zygote, terminal: str, keep_all: bool) -> Callable[[Any
                 try:
                     if logs:
                         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                        try:
-                            pid = zygote.fork_node(spec, [fd])
+                        try:  # the wrapper's notices (a restart) go to the terminal
+                            pid = zygote.fork_node(spec, [fd, 1])
                         finally:
                             os.close(fd)
                     else:

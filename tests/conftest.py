@@ -22,7 +22,14 @@ def pytest_configure(config):
 
 
 # Rough cost of a test by its markers (seconds on a loaded 2-core CI machine).
-_COST = {"learning": 70.0, "ray": 60.0, "integration": 25.0, "cli": 5.0, "slow": 3.0}
+_COST = {
+    "learning": 70.0,
+    "multihost": 90.0,
+    "ray": 60.0,
+    "integration": 25.0,
+    "cli": 5.0,
+    "slow": 3.0,
+}
 
 
 def _cost(item) -> float:

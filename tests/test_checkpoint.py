@@ -268,6 +268,9 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
     assert proc.returncode == 0, out[-3000:]
     assert f"resuming from checkpoints/{os.path.basename(final.path)}" in out
     assert_start_lines(out, actors=2)  # a resumed run's start says the same
+    # ... and its nodes are forked from the zygote too: checking the checkpoint
+    # against the config (a network built) left the launcher without threads.
+    assert "node start: each node a process of its own" not in out, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         resumed = json.load(f)
     assert resumed["resumed_from"] == final.path
@@ -281,19 +284,28 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
-def test_sigkill_of_an_actor_stops_the_program_in_order_with_a_checkpoint(tmp_path):
+def test_sigkill_of_an_actor_past_max_restarts_stops_the_program_in_order_with_a_checkpoint(
+    tmp_path,
+):
+    # A killed actor process is started again (tests/test_actor_restart.py) up to
+    # actor.max_restarts; past it (0 here) the program stops in order, naming it.
     from apex.heartbeat import read_heartbeats
     from tests.procs import interrupt, start_learning
 
     run_dir = str(tmp_path / "run")
-    proc, token = start_learning(run_dir, "--config.stop.max_wall_seconds=300")
+    proc, token = start_learning(
+        run_dir, "--config.stop.max_wall_seconds=300", "--config.actor.max_restarts=0"
+    )
     pid = read_heartbeats(run_dir)["actor_1"]["pid"]
     out = interrupt(proc, token, lambda: os.kill(pid, signal.SIGKILL))
     assert proc.returncode == 1, out[-3000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["stop_reason"] == "node failed"
-    assert f"actor_1 (pid {pid}) exited without stopping" in summary["failure"]
+    assert summary["failure"] == (
+        f"actor_1: its process (pid {pid}) was killed by SIGKILL (e.g. kill -9 or the "
+        "out-of-memory killer): 1 process death(s), past actor.max_restarts=0"
+    ), summary["failure"]
     assert "checkpoint (stop)" in out
     assert checkpointing.load(checkpointing.latest_complete(run_dir)).step > 100
     assert "did not terminate in time" not in out, out[-3000:]

@@ -64,3 +64,21 @@ def test_a_registered_forked_process_that_is_already_reaped_is_no_error():
     compat.register_forked_process(manager, "node", proc.pid)  # already gone: nothing to watch
     assert manager._active_workers["node"] == []
     manager._disable_signals()  # a SIGINT handler, when it was this process's first manager
+
+
+def test_a_node_process_is_known_by_its_entry_under_both_launchers(monkeypatch):
+    """The launcher watchdog and the stop window start in a node's own process:
+    Launchpad's process_entry.py (local_mp) and launch.node_process (Ray), where
+    a node left by a killed NodeHost must stop with its launcher (issue 29's soak)."""
+    import sys
+
+    from apex import compat
+
+    for argv0, expected in [
+        ("/v/lib/launchpad/nodes/python/process_entry.py", True),
+        ("/work/main/launch/node_process.py", True),
+        ("/work/main/launch/train.py", False),
+        ("-c", False),
+    ]:
+        monkeypatch.setattr(sys, "argv", [argv0, "--data_file", "x"])
+        assert compat.in_launchpad_node_process() is expected, argv0

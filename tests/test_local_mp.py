@@ -163,19 +163,22 @@ def test_local_mt_launch_type_runs_the_same_program_in_threads(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_spawn_node_start_runs_each_node_as_a_process_of_its_own(tmp_path):
+@pytest.mark.parametrize("why", ["--node_start=spawn", "--config.learner.jit_compile=true"])
+def test_spawn_node_start_runs_each_node_as_a_process_of_its_own(tmp_path, why):
     # The path before the fork server, still there where it cannot be used (README
     # "How nodes start"): each node a fresh `python process_entry.py` behind
-    # launch.node_output.
+    # launch.node_output. Asked for, or where a forked learner would fail (XLA).
     run_dir = str(tmp_path / "run")
     out, s, token = run_train(
         run_dir,
-        "--node_start=spawn",
+        why,
         "--config.stop.max_learner_steps=50",
         "--config.stop.max_wall_seconds=None",
         "--config.replay.min_size=500",
         timeout=150,
     )
     assert "launching local_mp" in out and "starts as a process of its own" not in out
+    if "jit_compile" in why:
+        assert "node start: each node a process of its own (learner.jit_compile" in out
     assert s["stop_reason"] == "max_learner_steps" and s["learner_steps"] >= 50
     assert processes_with_token(token) == []

@@ -83,7 +83,8 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
     cluster, tmp_path, monkeypatch
 ):
     """A worker node removed mid-run: its actor runs again on another node and
-    carries on from its counts. The learner's host (its Ray worker) then dies:
+    carries on from its counts. The other actor's process is SIGKILLed: it
+    starts again under its NodeHost, with its counts. The learner's host (its Ray worker) then dies:
     no restart, the program stops in order, 'node failed', exit 1, and nothing
     is left. (A Ctrl-C's orderly stop on a cluster, with its final checkpoint:
     tests/test_ray_simulated.py.)"""
@@ -144,6 +145,25 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
             moved_placement = json.load(f)
         assert moved_placement["nodes"][name]["restarts"] == 1
         assert moved_placement["nodes"][name]["ray_node"] not in (victim.node_id, None)
+        # The other actor's process dies (SIGKILL) while its NodeHost lives: it
+        # starts again under that host, in its slot, with its counts (issue 29).
+        other = "actor_1" if name == "actor_0" else "actor_0"
+        old = _beats(run_dir)[other]
+        os.kill(int(old["pid"]), 9)
+
+        def back() -> dict | None:
+            beat = _beats(run_dir).get(other, {})
+            counters = beat.get("counters", {})
+            new = beat.get("pid") != old["pid"] and counters.get("restarts") == 1
+            return beat if new and counters.get("items_inserted", 0) > 0 else None
+
+        again = wait_until(
+            back,
+            STARTUP_TIMEOUT,
+            lambda: f"{other}'s process to come back; output: {''.join(lines)[-4000:]}",
+        )
+        assert again["ray_node"] == old["ray_node"]  # under the same NodeHost
+        assert again["counters"]["env_steps"] > old["counters"]["env_steps"]
         os.kill(moved_placement["nodes"]["learner"]["host_pid"], 9)  # the learner's host
         proc.wait(timeout=STOP_TIMEOUT)
         reader.join(timeout=STOP_TIMEOUT)
@@ -151,6 +171,7 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
         kill_tree(proc, token)
     out = "".join(lines)
     assert "restarted on Ray node" in out, out[-3000:]
+    assert "restarted under its NodeHost" in out and "was killed by SIGKILL" in out, out[-3000:]
     assert proc.returncode == 1, out[-3000:]
     for i in (0, 1):  # the guard was on in both actors, and nothing they did needed a write
         assert f"actor_{i}: writes under the run directory are refused" in out, out[-3000:]

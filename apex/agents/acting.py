@@ -138,6 +138,7 @@ class Actor(abc.ABC):
         self.episodes = 0
         self.items_written = 0
         self.restarts = 0  # set by the node that restarted this actor after a failure
+        self.link: dict[str, float] = {}  # reconnects after partitions, what they cost (the node's)
         self._recent_returns: list[float] = []
         self._bands = epsilon_bands(self._epsilons, config.logging.epsilon_bands)
         self._band_returns: dict[int, list[float]] = {}
@@ -214,6 +215,9 @@ class Actor(abc.ABC):
         ended; None before the first insert."""
         began, ended = self._insert_began, self._insert_ended
         if began > ended:
+            cut = getattr(self._writer, "unreachable_since", None)
+            if cut:  # the replay does not answer (apex.replay.writer)
+                return hb.RECONNECTING, float(cut)
             return hb.INSERTING, began
         return (hb.ACTING, ended) if ended else None
 
@@ -262,6 +266,8 @@ class Actor(abc.ABC):
             "actor/restarts": self.restarts,
         }
         row["actor/insert_seconds"] = self._writer.seconds_writing
+        for key, value in self.link.items():  # reconnects after partitions (launch.nodes.actor)
+            row[f"actor/{key}"] = value
         frames = self._writer.frames_written
         if frames:  # frames stored once (issue 16): what each costs before Reverb's Snappy
             row["actor/frames_stored"] = frames

@@ -18,10 +18,12 @@ from apex.coordination import stop as stopping
 from apex.coordination import summary as figures
 from apex.coordination.counters import RunCounters
 from apex.coordination.health import HealthLog
+from apex.coordination.partitions import Partitions
 from apex.coordination.replay_poll import ReplayPoller
+from apex.coordination.restarts import ActorRestarts
 from apex.coordination.startup import StartLines
 from apex.doctor import Finding
-from apex.heartbeat import HeartbeatStore
+from apex.heartbeat import HOST, HeartbeatStore
 from apex.metrics import MetricsWriter
 from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
 
@@ -46,6 +48,9 @@ class Coordinator:
       out: where progress lines go (default stdout).
       silent_after: seconds without a beat after which a node on another host
         counts as gone (a node on this host is gone when its process is).
+      restart_grace: seconds a dead actor has to come back when its launcher
+        restarts actor processes (0: a dead actor is a failure at once;
+        apex.coordination.restarts).
 
     Attributes:
       verdict: why the run stopped (None while it runs).
@@ -65,6 +70,7 @@ class Coordinator:
         metrics: MetricsWriter | None = None,
         out: Any = None,
         silent_after: float = 60.0,
+        restart_grace: float = 0.0,
     ):
         self._config = config
         self._run_dir = run_dir
@@ -81,6 +87,8 @@ class Coordinator:
         self.verdict: StopVerdict | None = None
         self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
         self.heartbeats = HeartbeatStore(run_dir, silent_after=silent_after)
+        self.actor_restarts = ActorRestarts(restart_grace)
+        self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
         self._node_metrics: dict[str, MetricsWriter] = {}
         self.replay.write_addresses(run_dir)
 
@@ -232,9 +240,10 @@ class Coordinator:
         return self.replay.shard_figures()
 
     def summary(self) -> dict[str, Any]:
-        return figures.summary(
-            self._config, self.counters, self.replay, self.verdict, self._failure
-        )
+        s = figures.summary(self._config, self.counters, self.replay, self.verdict, self._failure)
+        s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
+        s["network"] = self.partitions.costs(self.heartbeats.beats())
+        return s
 
     def write_summary(self) -> dict[str, Any]:
         """summary.json, and state.json with the same figures (a run that stops
@@ -256,14 +265,22 @@ class Coordinator:
         return figures.env_steps_now(self.counters, self.replay, self._env_steps_per_item)
 
     def progress_line(self, rates: dict[str, float]) -> str:
-        return figures.progress_line(self.counters, self.replay, self.env_steps_now(), rates)
+        line = figures.progress_line(self.counters, self.replay, self.env_steps_now(), rates)
+        line += self.partitions.text(self.heartbeats.beats(), time.time())
+        return line + self.actor_restarts.text(self.heartbeats.beats())
 
     def _write_metrics(self, rates: dict[str, float]) -> None:
         if self._metrics is None:
             return
-        self._metrics.write(
-            figures.metrics_row(self.counters, self.replay, rates, len(self.findings))
+        row = figures.metrics_row(self.counters, self.replay, rates, len(self.findings))
+        row["coordinator/actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
+        network = self.partitions.costs(self.heartbeats.beats())
+        row["coordinator/actors_unreachable"] = len(
+            self.partitions.unreachable(self.heartbeats.beats(), time.time())
         )
+        row["coordinator/actor_reconnects"] = network["reconnects"]
+        row["coordinator/items_lost_in_flight"] = network["items_lost_in_flight"]
+        self._metrics.write(row)
 
     # ---------------------------------------------------------------- loop
     def check_stop(self) -> StopVerdict | None:
@@ -356,7 +373,9 @@ class Coordinator:
     def check_nodes(self, now: float | None = None) -> NodeFailure | None:
         """Records a failure (the program then stops with 'node failed') when a node is
         gone without having stopped; returns the failure."""
-        dead = self.heartbeats.dead(now)
+        now = time.time() if now is None else now
+        # A dead actor that its launcher restarts has a grace to come back.
+        dead = self.actor_restarts.past_grace(self.heartbeats.dead(now), now)
         if not dead or self._failure is not None:
             return None
         failure = stopping.dead_nodes_failure(dead, self.heartbeats.silent_after, self._run_dir)

@@ -23,6 +23,7 @@ Writing and reading items (apex/replay/{writer,tables,dataset}.py)
     pack_transitions, unpack_item      (lazy, TF) items packed for the table; a sampled
                                        item back to named fields
     make_dataset                       (lazy, TF) the learner's prioritized sample stream
+    ReplayStalled                      (lazy) a writer's stream broke (a partition): write anew
 
 Example (the figures of a live run's replay, as tools.status prints them):
 
@@ -51,12 +52,18 @@ from apex.replay.stats import format_stats, stats_from_server_info, table_dict, 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see _LAZY
     from apex.replay.dataset import make_dataset
     from apex.replay.tables import unpack_item
-    from apex.replay.writer import SequenceWriter, TransitionWriter, pack_transitions
+    from apex.replay.writer import (
+        ReplayStalled,
+        SequenceWriter,
+        TransitionWriter,
+        pack_transitions,
+    )
 
 # The lazy names (TensorFlow and Reverb): name -> the module that defines it.
 _LAZY: dict[str, str] = {
     "make_dataset": "apex.replay.dataset",
     "pack_transitions": "apex.replay.writer",
+    "ReplayStalled": "apex.replay.writer",
     "unpack_item": "apex.replay.tables",
     "SequenceWriter": "apex.replay.writer",
     "TransitionWriter": "apex.replay.writer",
@@ -80,6 +87,7 @@ __all__ = [
     "table_dict",
     "table_stats",
     # writing and reading items
+    "ReplayStalled",
     "SequenceWriter",
     "TransitionWriter",
     "make_dataset",

@@ -19,7 +19,8 @@ from apex import (
 )
 from apex import heartbeat as hb
 from apex.agents import AgentBuilder
-from launch.node_env import RESTARTED_ENV
+from apex.replay import ReplayStalled
+from launch.node_env import GIVE_UP_ENV, PROCESS_RESTART_ENV, RESTARTED_ENV
 from launch.nodes.common import node_heartbeat, node_should_stop, quiet_logs
 
 
@@ -69,14 +70,27 @@ class ActorNode:
             except Exception:  # noqa: BLE001 - the coordinator may be gone: start from ours
                 pass
 
+        give_up = os.environ.get(GIVE_UP_ENV)
+        if give_up:  # its process died past actor.max_restarts (launch.node_restarts)
+            self._give_up(give_up, should_stop)
+            return
+        # Restarts of this slot so far: its process's (launch.node_restarts), then
+        # this process's own; one count, as actor/restarts shows it.
+        restarts = int(os.environ.get(PROCESS_RESTART_ENV, "0") or 0)
+
         def counters() -> dict:
             a = holder.get("actor")
-            return {"env_steps": a.env_steps, "items_inserted": a.items_written} if a else {}
+            if a is None:
+                return {"restarts": restarts} if restarts else {}
+            out = {"env_steps": a.env_steps, "items_inserted": a.items_written}
+            if a.restarts:
+                out["restarts"] = a.restarts
+            out.update(holder.get("link", {}))  # reconnects after partitions, what they cost
+            return out
 
         beat = node_heartbeat(c, self._coordinator, self._name, counters)
         holder["metrics"] = RemoteMetrics(self._coordinator, self._name, "actor/env_steps")
         backoff = c.actor.restart_backoff_seconds
-        restarts = 0
         try:
             while not should_stop():
                 beat.enter(hb.WAITING_PARAMS)
@@ -86,6 +100,9 @@ class ActorNode:
                     return
                 except StopRequested:
                     return
+                except ReplayStalled as err:  # HELPER-31: a partition broke the stream
+                    self._reconnect(err, holder, beat, should_stop)
+                    continue
                 except Exception as err:  # noqa: BLE001 - restart with fresh envs and parameters
                     if should_stop():  # the replay or learner went away first during shutdown
                         return
@@ -119,6 +136,43 @@ class ActorNode:
                     backoff = decision.next_backoff
         finally:
             beat.close()
+
+    def _reconnect(self, err: ReplayStalled, holder: dict, beat, should_stop) -> None:
+        """After a partition broke the replay stream (the server answers again):
+        a new client (a new stream) for the next life of the actor, which carries
+        its counts on; not a failure, so no restart is counted. What it cost goes
+        to the beats' counters (summary.json sums them: apex.coordination.partitions)."""
+        beat.enter(hb.RECONNECTING)
+        link = holder.setdefault("link", {})
+        link["reconnects"] = link.get("reconnects", 0) + 1
+        link["items_lost_in_flight"] = link.get("items_lost_in_flight", 0) + err.pending
+        link["seconds_stalled"] = round(link.get("seconds_stalled", 0.0) + err.seconds, 1)
+        print(
+            f"[apex] {self._name}: {err}; reconnecting with a new writer "
+            f"(reconnect {link['reconnects']}, counts carried on)",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            self._replay = type(self._replay)(self._replay.server_address)
+        except Exception:  # noqa: BLE001 - keep the old client: its channel reconnects by itself
+            pass
+        if holder.get("actor") is not None:
+            holder["actor"].link = dict(link)
+
+    def _give_up(self, message: str, should_stop) -> None:
+        """The last start of a slot whose process died past actor.max_restarts:
+        tells the coordinator (the program then stops in order, naming it)."""
+        print(f"[apex] {self._name}: {message}", file=sys.stderr, flush=True)
+        deadline = time.time() + 30.0
+        while not should_stop():
+            try:
+                self._coordinator.report_failure(self._name, message)
+                return
+            except Exception:  # noqa: BLE001 - not reachable yet: try again until the deadline
+                if time.time() > deadline:
+                    return
+                time.sleep(0.5)
 
     def _report_failure(self, message: str) -> None:
         try:
@@ -154,6 +208,7 @@ class ActorNode:
             else:
                 actor.env_steps, actor.episodes = self._initial_counts
             actor.restarts = restarts
+            actor.link = dict(holder.get("link", {}))
             holder["actor"] = actor
             beat.enter(hb.ACTING)
             try:

@@ -10,6 +10,7 @@ import launchpad as lp
 
 from apex import STOP_WINDOW, ApexConfig, Coordinator, exception_text, record_failure
 from apex import heartbeat as hb
+from launch.node_restarts import restart_grace_seconds
 from launch.nodes.common import (
     node_metrics,
     node_should_stop,
@@ -52,6 +53,7 @@ class CoordinatorNode:
             replay_client=replay,
             stop_program=lp.stop,
             metrics=node_metrics(config, run_dir, "coordinator", "coordinator/env_steps"),
+            restart_grace=restart_grace_seconds(),  # its launcher restarts dead actors
         )
         if resume_state:
             self._coordinator.restore(resume_state, resume_from)

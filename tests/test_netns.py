@@ -1,0 +1,361 @@
+"""Hosts with their own addresses (issue 31): the Ray launcher across network
+namespaces (tests/netns.py), the launcher's choice of its own node, a
+partition that heals, the stop across hosts; and the pieces of it that need no
+cluster (the routing choice, a writer whose stream broke, the costs summed).
+
+The cluster tests need root and `ip` (they skip naming why not) and carry the
+`multihost` marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from apex import ConfigError
+from tests import netns
+from tests.procs import ROOT, STARTUP_TIMEOUT, STOP_TIMEOUT, TOKEN_VAR, wait_for_state, wait_until
+
+# ------------------------------------------------------------------ no cluster
+
+
+def _default_route_ip() -> str | None:
+    from launch.ray_connect import route_ip
+
+    return route_ip("192.0.2.1")  # TEST-NET-1: the default route's source address
+
+
+def test_the_driver_attaches_with_the_address_that_routes_to_the_head():
+    from launch.ray_connect import choose_node_ip
+
+    ip = _default_route_ip()
+    if ip is None:
+        pytest.skip("this host has no default route")
+    chosen = choose_node_ip(f"{ip}:6379", raylets={ip, "10.99.0.1"})
+    assert (chosen.ip, chosen.source) == (ip, f"routes to the head {ip}")
+    # No Ray node on the routed address: the one node of this host, else Ray's choice.
+    assert choose_node_ip(f"{ip}:6379", raylets={"10.99.0.1"}).ip == "10.99.0.1"
+    assert choose_node_ip(f"{ip}:6379", raylets={"10.99.0.1", "10.99.0.2"}).ip is None
+    # A head that resolves nowhere leaves the choice to Ray.
+    assert choose_node_ip("no-such-host.invalid:6379", raylets=set()).source == "Ray's choice"
+
+
+def test_ray_node_ip_must_be_an_address_of_this_host_with_a_ray_node():
+    from launch.ray_connect import check_node_ip, choose_node_ip
+
+    with pytest.raises(ConfigError, match=r"--ray_node_ip='not-an-ip' is invalid: expected an IP"):
+        check_node_ip("not-an-ip")
+    with pytest.raises(ConfigError, match=r"--ray_node_ip='192.0.2.77' is invalid: .*interfaces"):
+        check_node_ip("192.0.2.77")  # TEST-NET-1: no interface of this host has it
+    assert check_node_ip("127.0.0.1") == "127.0.0.1"
+    with pytest.raises(ConfigError, match=r"a Ray node on this host \(10.99.0.1\)"):
+        choose_node_ip("auto", flag="127.0.0.1", raylets={"10.99.0.1"})
+    chosen = choose_node_ip("auto", flag="127.0.0.1", raylets={"127.0.0.1"})
+    assert (chosen.ip, chosen.source) == ("127.0.0.1", "--ray_node_ip")
+
+
+@pytest.mark.cli
+def test_a_bad_ray_node_ip_is_refused_in_one_line_before_anything_starts(tmp_path):
+    from tests.procs import train_command
+
+    run_dir = str(tmp_path / "never")
+    proc = subprocess.run(
+        train_command(
+            "--config=configs/apex_cartpole.py",
+            f"--config.run_dir={run_dir}",
+            "--launcher=ray",
+            "--ray_address=127.0.0.1:9",
+            "--ray_node_ip=192.0.2.77",
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_TIMEOUT,
+    )
+    assert proc.returncode == 2 and not os.path.exists(run_dir), proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--ray_node_ip='192.0.2.77' is invalid" in lines[0], lines
+
+
+@pytest.fixture
+def two_interface_host():
+    """One namespace with two interfaces on two subnets (a host with a cluster
+    network and another, as cloud VMs and InfiniBand hosts have)."""
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    name = f"anx{os.getpid()}h9"
+    try:
+        subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+        for dev, ip in (("d0", "10.77.0.11/24"), ("d1", "10.88.0.11/24")):
+            ns = ["ip", "netns", "exec", name, "ip"]
+            subprocess.run([*ns, "link", "add", dev, "type", "veth", "peer", f"{dev}p"], check=True)
+            subprocess.run([*ns, "addr", "add", ip, "dev", dev], check=True)
+            subprocess.run([*ns, "link", "set", dev, "up"], check=True)
+            subprocess.run([*ns, "link", "set", f"{dev}p", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_on_a_host_with_two_networks_the_route_to_the_head_picks_the_address(two_interface_host):
+    script = (
+        "from launch.ray_connect import route_ip; "
+        "print(route_ip('10.88.0.5'), route_ip('10.77.0.5'), route_ip('10.55.0.5'))"
+    )
+    got = subprocess.run(
+        ["ip", "netns", "exec", two_interface_host, sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert got.stdout.split() == ["10.88.0.11", "10.77.0.11", "None"], got
+
+
+class _BrokenStream:
+    """A Reverb writer whose stream never confirms anything (a partition left it so)."""
+
+    def Flush(self, pending, timeout_ms):  # noqa: N802 - Reverb's name
+        raise RuntimeError("Timeout exceeded before the items were confirmed")
+
+    def Close(self):  # noqa: N802 - Reverb's name
+        pass
+
+
+def test_a_writer_whose_stream_broke_while_the_server_answers_asks_for_a_new_one(reverb_server):
+    import reverb
+
+    from apex.replay import ReplayStalled, TransitionWriter
+
+    client = reverb.Client(f"localhost:{reverb_server.port}")
+    w = TransitionWriter(client, "transitions", actor_id=0, epsilons=np.zeros(4))
+    w.stall_seconds = 0.2
+    w._writer = _BrokenStream()  # the server answers; its rate limiter takes inserts
+    with pytest.raises(ReplayStalled, match="took no item .* would take inserts") as err:
+        w._wait(0, None)
+    assert err.value.pending == 48 and err.value.address == client.server_address
+    assert w.unreachable_since is None
+
+
+def test_a_writer_cut_off_from_the_server_waits_and_says_so(reverb_server):
+    import reverb
+
+    from apex.replay import TransitionWriter
+
+    client = reverb.Client(f"localhost:{reverb_server.port}")
+    w = TransitionWriter(client, "transitions", actor_id=0, epsilons=np.zeros(4))
+    w.stall_seconds = 0.2
+    w._writer = _BrokenStream()
+    w._client = reverb.Client("localhost:1")  # nothing answers there
+    w._should_stop = lambda: w.unreachable_since is not None
+    assert w._wait(0, None) is False  # waited (no new writer for a server that is not there)
+    assert w.unreachable_since is not None
+
+
+def test_the_costs_of_partitions_are_summed_from_the_actors_beats():
+    from apex.coordination.partitions import Partitions
+
+    p = Partitions(host="here")
+    beats = {
+        "actor_0": {
+            "host": "h2",
+            "received": 100.0,
+            "period_seconds": 1.0,
+            "counters": {"reconnects": 1, "items_lost_in_flight": 12, "seconds_stalled": 9.5},
+        },
+        "actor_1": {"host": "here", "received": 100.0, "period_seconds": 1.0, "counters": {}},
+        "learner": {"host": "h2", "received": 0.0, "period_seconds": 1.0},
+    }
+    assert p.text(beats, now=110.0) == " | unreachable: actor_0 10 s | reconnects 1"
+    beats["actor_0"]["received"] = 111.0  # back
+    assert p.text(beats, now=111.5) == " | reconnects 1"
+    costs = p.costs(beats)
+    assert costs == {
+        "reconnects": 1,
+        "items_lost_in_flight": 12,
+        "seconds_stalled": 9.5,
+        "seconds_unreachable": 10.0,
+        "longest_silence_seconds": {"actor_0": 10.0},
+    }
+
+
+# --------------------------------------------------------------- the cluster
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    """Three hosts h1..h3 (10.77.0.11..13), a Ray head in h1 ('apex_learner'),
+    workers in h2 and h3 ('apex_actor'); everything torn down at the end, also
+    when a test fails (and at exit, if this process is interrupted)."""
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    cluster = netns.NetnsCluster(3)
+    try:
+        cluster.up()
+        cluster.start_ray(head_cpus=2, worker_cpus=2)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def _beat(run_dir: str, node: str) -> dict:
+    try:
+        with open(os.path.join(run_dir, "heartbeats", f"{node}.json")) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _node_processes(cluster) -> list[str]:
+    out = []
+    for pids in cluster.pids().values():
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "launch.node_process" in cmd or "launch.train" in cmd:
+                out.append(cmd[:200])
+    return out
+
+
+@pytest.mark.multihost
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_window(
+    hosts, tmp_path
+):
+    """The README's cluster command in h1 with --ray_address of the head: the
+    launcher attaches to its own node (the address that routes to the head),
+    the learner and coordinator run in h1 and one actor in each of h2 and h3.
+    h2's link goes down (the progress line names its actor unreachable) and
+    comes back: that actor inserts again and its counts carry on. Ctrl-C then
+    stops every node inside the stop window (no kill after it), exit 130,
+    summary.json with the final checkpoint and what the partition cost, and no
+    node process is left on any host."""
+    run_dir = str(tmp_path / "run")
+    env = hosts.env()
+    env.update({TOKEN_VAR: "netns", "APEX_CHECK_NO_SHARED_FS": "1"})
+    proc = hosts.popen(
+        0,
+        [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--config=configs/apex_cartpole.py",
+            f"--config.run_dir={run_dir}",
+            "--launcher=ray",
+            f"--ray_address={hosts.address}",
+            "--config.cluster.learner_resource=apex_learner",
+            "--config.cluster.actor_resource=apex_actor",
+            "--config.checkpoint.period_seconds=None",
+            "--config.logging.tensorboard=False",
+            "--config.logging.progress_period_seconds=1",
+            "--config.stop.max_wall_seconds=900",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    import threading
+
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    healed = 0.0
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 20, STARTUP_TIMEOUT)
+        with open(os.path.join(run_dir, "placement.json")) as f:
+            placed = json.load(f)
+        nodes = placed["nodes"]
+        assert placed["launcher_ip"] == hosts.ips[0], placed
+        assert placed["launcher_ip_source"] == f"routes to the head {hosts.ips[0]}", placed
+        assert nodes["learner"]["ip"] == nodes["coordinator"]["ip"] == hosts.ips[0], placed
+        assert {nodes["actor_0"]["ip"], nodes["actor_1"]["ip"]} == set(hosts.ips[1:]), placed
+        victim = hosts.ips.index(nodes["actor_0"]["ip"])
+
+        def inserted() -> int:
+            return int((_beat(run_dir, "actor_0").get("counters") or {}).get("items_inserted", 0))
+
+        wait_until(lambda: inserted() > 0, STARTUP_TIMEOUT, "actor_0's first inserts")
+        hosts.cut(victim)
+
+        def unreachable_for(seconds: float) -> bool:
+            import re
+
+            found = [re.search(r"unreachable: actor_0 (\d+) s", line) for line in list(lines)]
+            return any(m and int(m.group(1)) >= seconds for m in found)
+
+        wait_until(lambda: unreachable_for(8), 120, "the progress line naming actor_0 unreachable")
+        before = inserted()
+        hosts.heal(victim)
+        healed = time.time()
+        # A beat the actor made after the link returned, then one that counts
+        # more items than it: the actor inserts again (beats made during the
+        # cut arrive late; they count items queued before its write waited).
+        after = wait_until(
+            lambda: _beat(run_dir, "actor_0").get("time", 0) > healed and inserted(),
+            120,
+            "a beat of actor_0 made after the link returned",
+        )
+        wait_until(lambda: inserted() > after, 120, f"actor_0 inserting again (after {after})")
+        assert after >= before  # its counts carried on
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at the terminal
+        proc.wait(timeout=STOP_TIMEOUT)
+        reader.join(timeout=10)
+    finally:
+        if not healed:
+            hosts.heal(0 if "victim" not in locals() else victim)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = "".join(lines)
+    assert proc.returncode == 130, out[-4000:]
+    assert "still running after the stop window" not in out, out[-4000:]
+    assert "Timeout (" not in out and "Traceback" not in out, out[-4000:]
+    assert "launcher at 10.77.0.11 (routes to the head 10.77.0.11)" in out, out[-4000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
+    assert summary["network"]["seconds_unreachable"] > 0, summary["network"]
+    assert summary["network"]["longest_silence_seconds"].get("actor_0", 0) >= 8, summary
+    wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")
+
+
+def test_a_parameter_request_a_partition_swallowed_is_asked_again():
+    import concurrent.futures
+
+    from apex.variables import VariableClient
+
+    class Source:
+        calls = 0
+
+        def get_variables(self):
+            return (1, [np.zeros(2)], {})
+
+        class futures:  # noqa: N801 - courier's attribute name
+            pending: list = []
+
+            @classmethod
+            def get_variables(cls):
+                f = concurrent.futures.Future()  # never answered
+                cls.pending.append(f)
+                return f
+
+    client = VariableClient(Source(), update_period=1)
+    client.request_timeout = 0.0
+    client.maybe_update(5)  # asks
+    client.maybe_update(10)  # no answer within request_timeout: cancelled, asked again
+    assert len(Source.futures.pending) == 2 and Source.futures.pending[0].cancelled()
