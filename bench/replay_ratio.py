@@ -2,7 +2,7 @@ r"""The fourth tension on CartPole: samples per insert and batch size against en
 steps and seconds to solve (issue 28), and the learner's throughput in the whole program.
 
     .venv/bin/python bench/replay_ratio.py --seeds 3                 # the settings below, ~6 min
-    .venv/bin/python bench/replay_ratio.py --seeds 3 --settings old new
+    .venv/bin/python bench/replay_ratio.py --seeds 3 --settings old new k1
 
 Each setting is configs/apex_cartpole.py with a few overrides; for each seed the
 settings run in turn (side by side: a busy moment of the machine hits every
@@ -36,8 +36,8 @@ SETTINGS = {
     ),
     "spi4": ("4 samples/insert", ["--config.replay.samples_per_insert=4"]),
     "spi8": ("8 samples/insert", ["--config.replay.samples_per_insert=8"]),
-    "new": ("the default: 16 samples/insert, one row, 4 steps/call", []),
-    "k1": ("the default, 1 step/call", ["--config.learner.steps_per_call=1"]),
+    "new": ("the default: 16 samples/insert, one row, 4 SGD steps per call", []),
+    "k1": ("the default, 1 SGD step per call", ["--config.learner.steps_per_call=1"]),
     "spi32": ("32 samples/insert", ["--config.replay.samples_per_insert=32"]),
     "b256": (
         "16 samples/insert, batch 256",

@@ -4,8 +4,9 @@ Each transition is replayed ~16 times (replay.samples_per_insert 16, batch 64):
 CartPole is cheap to step and hard to learn, so the learner's samples, not the
 actors' env steps, are what solving costs; with transitions stored as one row
 (replay.transition_layout) and 4 SGD steps per call (learner.steps_per_call)
-the learner has the room. Env steps and seconds to solve at other settings:
-docs/benchmarks.md, "Replay ratio and batch size" (issue 28).
+the learner has the room: against SB3, 5 seeds each, 0.48 of its time to solve
+with 4 steps per call, 0.68 with 1. Env steps and seconds to solve at other
+settings: docs/benchmarks.md, "Replay ratio and batch size" (issue 28).
 
 Adam's step size falls linearly from 2e-3 to 5e-5 over the first 20k SGD steps:
 a solved policy stays solved (bench/stability.py; docs/benchmarks.md, "Staying

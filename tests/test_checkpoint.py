@@ -257,9 +257,13 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
             tables = result["tables"] if verb == "watch" else result
             assert tables[0]["size"] > 0, (verb, tables)
 
-    # Resume: the counters continue from the checkpoint.
+    # Resume: the counters continue from the checkpoint. (With 2 SGD steps per
+    # call: that traced step runs in a forked learner too.)
     proc, token = start_train(
-        run_dir, "--resume", f"--config.stop.max_learner_steps={final.step + 100}"
+        run_dir,
+        "--resume",
+        f"--config.stop.max_learner_steps={final.step + 100}",
+        "--config.learner.steps_per_call=2",
     )
     try:
         out, _ = proc.communicate(timeout=150)
