@@ -60,6 +60,7 @@ Trained policies
 Modules used whole (their names read best qualified)
     checkpointing                    run checkpoints: load, latest_complete, RunCheckpointer, ...
     heartbeat                        the heartbeat protocol: Heartbeat, its states, HOST
+    fence                            actors' leases from the coordinator: Lease, Leases, FENCED_EXIT_CODE
     lifecycle                        stop handlers, watchdogs, NO_SHARED_FS_ENV
     netns                            the isolated network namespace of a test run
     compat                           also reachable as `apex.compat`
@@ -82,7 +83,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from apex import checkpointing, compat, heartbeat, lifecycle, netns
+from apex import checkpointing, compat, fence, heartbeat, lifecycle, netns
 from apex.config import ApexConfig, apply_override, load_config_file
 from apex.doctor import diagnose
 from apex.errors import (
@@ -245,6 +246,7 @@ __all__ = [
     # modules used whole
     "checkpointing",
     "compat",
+    "fence",
     "heartbeat",
     "lifecycle",
     "netns",

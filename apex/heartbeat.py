@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +73,12 @@ class Heartbeat:
       period: seconds between beats (0: never send).
       counters: returns the node's counters, e.g. {'env_steps': 123}; the first
         one's rate per second is reported as `rate`.
+      on_reply: called with (the monotonic time a beat was sent, the sink's
+        answer to it) once a beat is delivered (an actor's lease,
+        apex.fence); a beat that fails is not answered.
+
+    Every beat carries `incarnation`: an id of this Heartbeat (one per node
+    process), which tells two copies of one node apart.
     """
 
     def __init__(
@@ -80,8 +87,11 @@ class Heartbeat:
         node: str,
         period: float = 1.0,
         counters: Callable[[], dict[str, float]] | None = None,
+        on_reply: Callable[[float, Any], None] | None = None,
     ):
         self.node = node
+        self.incarnation = uuid.uuid4().hex[:12]
+        self._on_reply = on_reply
         self.state = STARTING
         self.since = time.time()
         self._counters = counters or (lambda: {})
@@ -131,6 +141,7 @@ class Heartbeat:
             self._last = (now, first)
         data = {
             "node": self.node,
+            "incarnation": self.incarnation,
             "host": HOST,
             "pid": os.getpid(),
             **PLACEMENT,
@@ -146,7 +157,24 @@ class Heartbeat:
         return data
 
     def _send(self) -> Any:
-        return self._sink(self.beat()) if self._sink is not None else None
+        if self._sink is None:
+            return None
+        sent = time.monotonic()  # before the receiver can have it (a lease counts from here)
+        result = self._sink(self.beat())
+        if self._on_reply is not None:
+            if hasattr(result, "add_done_callback"):
+                result.add_done_callback(lambda f: self._answered(sent, f))
+            else:
+                self._on_reply(sent, result)
+        return result
+
+    def _answered(self, sent: float, future: Any) -> None:
+        try:
+            if future.cancelled() or future.exception() is not None:
+                return
+            self._on_reply(sent, future.result())
+        except Exception:  # noqa: BLE001 - a heartbeat must not take a node down
+            pass
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period):
@@ -179,11 +207,19 @@ class HeartbeatStore:
       run_dir: where heartbeat files go ('' or None: kept in memory only).
       silent_after: seconds without a beat after which a node on another host
         (whose process this host cannot look at) counts as gone.
+      actor_silent_after: the same for actors (None: `silent_after`); an actor
+        that holds a lease is lost past its lease (apex.fence).
     """
 
-    def __init__(self, run_dir: str | None = None, silent_after: float = 60.0):
+    def __init__(
+        self,
+        run_dir: str | None = None,
+        silent_after: float = 60.0,
+        actor_silent_after: float | None = None,
+    ):
         self._dir = os.path.join(run_dir, HEARTBEAT_DIR) if run_dir else None
         self.silent_after = float(silent_after)
+        self.actor_silent_after = actor_silent_after
         self._beats: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         if self._dir is not None:
@@ -219,7 +255,13 @@ class HeartbeatStore:
         if beat.get("host", HOST) == HOST:
             return not pid_alive(int(beat.get("pid") or 0))
         now = time.time() if now is None else now
-        return now - float(beat.get("received", beat.get("time", now))) > self.silent_after
+        return now - float(beat.get("received", beat.get("time", now))) > self.silent_limit(beat)
+
+    def silent_limit(self, beat: dict[str, Any]) -> float:
+        """Seconds of silence after which the node of `beat` (on another host) is gone."""
+        if self.actor_silent_after is not None and str(beat.get("node", "")).startswith("actor_"):
+            return float(self.actor_silent_after)
+        return self.silent_after
 
     def finished(self, node: str) -> bool | None:
         """Whether `node` is done: its last beat says 'stopped' or it is gone

@@ -115,6 +115,7 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("cluster.actor_cpus", "num>=0", False),
     ("cluster.learner_gpus", "num>=0", False),
     ("cluster.start_timeout_seconds", "num>0", False),
+    ("cluster.actor_lost_after_seconds", "num>0", True),
     ("seed", "int>=0", False),
 )
 
@@ -264,6 +265,14 @@ def validate(config: ApexConfig) -> None:
             "None or the name of a custom Ray resource, e.g. 'apex_learner'",
         )
     _check_inference(c)
+    lost, period = c.cluster.actor_lost_after_seconds, c.logging.heartbeat_period_seconds
+    _check(
+        lost is None or period == 0 or lost >= 4 * period,
+        "cluster.actor_lost_after_seconds",
+        lost,
+        f"None or at least 4 heartbeat periods (logging.heartbeat_period_seconds={period:g}): "
+        "an actor renews its lease with each beat",
+    )
     r, lr, s = c.replay, c.learner, c.stop
     _check(
         r.min_size <= r.capacity,

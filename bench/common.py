@@ -111,11 +111,17 @@ def header(script: str) -> str:
 
 def save_results(name: str, payload: dict, out_dir: str | None = None) -> str:
     """Writes <out_dir>/<name>-<commit>.json (default bench/results) with the commit
-    and the machine."""
+    and the machine; `-2`, `-3`, ... after it when that file exists already."""
     commit = git_commit(ROOT)
     out_dir = out_dir or os.path.join(ROOT, "bench", "results")
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{name}-{(commit or 'nocommit')[:12]}.json")
+    stem = f"{name}-{(commit or 'nocommit')[:12]}"
+    path = os.path.join(out_dir, f"{stem}.json")
+    # A second run on the same commit gets -2, -3, ...: a record is never overwritten.
+    n = 2
+    while os.path.exists(path):
+        path = os.path.join(out_dir, f"{stem}-{n}.json")
+        n += 1
     record = {
         "commit": commit,
         "time": time.time(),

@@ -16,7 +16,18 @@ in h2 and one in h3, the default CartPole program):
     and what summary.json's `network` counts at the end.
 `--local` also runs the same program under local_mp for the same window;
 `--cut_host learner` cuts the learner's host (h1) instead: every actor is cut off.
-Prints one table; writes bench/results/netns_cluster-<commit>.json.
+`--shards 2` runs replay.num_shards=2 (shard 0 in the learner's process in h1,
+shard 1 a node on an actor host, next to actor_1) and records the placement,
+each shard's figures and the learner's per-shard batches and acknowledged
+priority updates; `--cut_host shard` then cuts shard 1's host (with actor_1 on
+it: that actor is watched) and also measures the seconds from the link's
+return to the learner's first batch from that shard.
+A cut the program does not outlive (it stops, or a copy of the actor starts
+elsewhere) is recorded as such, with the launcher's lines about it (`events`).
+At the end, the replay-content checks of the tests (tests/replay_checks.py) run
+on the final checkpoint (`replay_content`: items, mismatches).
+Prints the JSON; writes bench/results/netns_cluster[-cut-X][-shardsN]-<commit>.json
+(bench/common.py save_results, with the command).
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +45,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from common import save_results  # noqa: E402 - bench/common.py
 
 from tests import netns  # noqa: E402 - the harness, from this checkout
 
@@ -101,12 +115,28 @@ def _window(run_dir: str, seconds: float, counters=None) -> dict:
 
 
 def _stop(proc: subprocess.Popen) -> int:
+    if proc.poll() is not None:  # it stopped by itself (e.g. a node failed)
+        return proc.returncode
     os.killpg(proc.pid, signal.SIGINT)
     try:
         return proc.wait(timeout=180)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         return proc.wait()
+
+
+_EVENTS = re.compile(
+    r"lost|fenc|restart|node failed|silent|stopping|stalled|reconnect|marked dead|Raylet is term"
+)
+
+
+_PROGRESS = re.compile(r"^\[apex +[\d.]+s\]")
+
+
+def _events(lines: list[str], limit: int = 30) -> list[str]:
+    """The launcher's lines about losses, fences, restarts and stops (not progress lines)."""
+    found = [x.rstrip() for x in lines if _EVENTS.search(x) and not _PROGRESS.match(x)]
+    return found[:limit]
 
 
 def on_cluster(args, out_dir: str) -> dict:
@@ -130,6 +160,8 @@ def on_cluster(args, out_dir: str) -> dict:
                 f"--ray_address={cluster.address}",
                 "--config.cluster.learner_resource=apex_learner",
                 "--config.cluster.actor_resource=apex_actor",
+                f"--config.replay.num_shards={args.shards}",
+                *args.override,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -142,52 +174,152 @@ def on_cluster(args, out_dir: str) -> dict:
             _poll(lambda: (_state(run_dir).get("learner_steps") or 0) > 20, 600, "learning")
             with open(os.path.join(run_dir, "placement.json")) as f:
                 placed = json.load(f)["nodes"]
+            result["placement"] = {name: node["ip"] for name, node in placed.items()}
             actors = [cluster.ips.index(placed[f"actor_{i}"]["ip"]) for i in range(2)]
 
             def veth_bytes() -> int:
                 return sum(sum(cluster.link_bytes(h)) for h in actors)
 
             result["window"] = _window(run_dir, args.window, veth_bytes)
-            victim = 0 if args.cut_host == "learner" else actors[0]
+            if args.cut_host == "learner":
+                victim, watched = 0, "actor_0"
+            elif args.cut_host == "shard":  # the host of the last shard (a node of its own)
+                shard_ip = placed[f"replay_{args.shards - 1}"]["ip"]
+                victim = cluster.ips.index(shard_ip)
+                watched = next(
+                    (f"actor_{i}" for i in range(2) if placed[f"actor_{i}"]["ip"] == shard_ip),
+                    "actor_0",
+                )
+            else:
+                victim, watched = actors[0], "actor_0"
             result["cut_host"] = args.cut_host
+            result["cut_ip"] = cluster.ips[victim]
+            result["watched_actor"] = watched
             result["cuts"] = []
             for seconds in args.cuts:
                 before = int(
-                    (_beat(run_dir, "actor_0").get("counters") or {}).get("items_inserted", 0)
+                    (_beat(run_dir, watched).get("counters") or {}).get("items_inserted", 0)
                 )
+                learner_before = _state(run_dir).get("learner_steps") or 0
+                cut_at = time.time()
                 cluster.cut(victim)
-                time.sleep(seconds)
+                while time.time() < cut_at + seconds and proc.poll() is None:
+                    time.sleep(0.2)
                 cluster.heal(victim)
                 healed = time.time()
+                cut: dict = {
+                    "cut_seconds": seconds,
+                    "items_inserted_before_cut": before,
+                    "learner_steps_during_cut": (_state(run_dir).get("learner_steps") or 0)
+                    - learner_before,
+                }
+                during = [
+                    r for r in _rows(run_dir, watched) if cut_at + 1 < float(r["time"]) < healed
+                ]
+                if during:  # rows while its first host was cut off: a copy started elsewhere
+                    cut["rows_during_cut"] = len(during)
+                    cut["first_row_during_cut_after_seconds"] = round(
+                        float(during[0]["time"]) - cut_at, 1
+                    )
+                if proc.poll() is not None:
+                    cut["program_exited_during_cut"] = proc.returncode
+                    result["cuts"].append(cut)
+                    break
 
                 def back(healed=healed):
                     # The actor's metric rows: one per report while it steps, none
                     # while its write waits; each carries the actor's own clock.
-                    rows = _rows(run_dir, "actor_0")
+                    if proc.poll() is not None:
+                        return {"exited": proc.returncode}
+                    rows = _rows(run_dir, watched)
                     return next((r for r in rows if float(r["time"]) > healed), None)
 
-                row = _poll(back, 300, "actor_0 stepping and inserting again")
-                result["cuts"].append(
-                    {
-                        "cut_seconds": seconds,
-                        "seconds_to_first_insert": round(float(row["time"]) - healed, 1),
-                        "items_inserted_before_cut": before,
-                        "items_inserted_then": row.get("actor/items_inserted"),
-                    }
-                )
+                row = _poll(back, 300, f"{watched} stepping and inserting again")
+                if "exited" in row:
+                    cut["program_exited_after_heal"] = row["exited"]
+                    result["cuts"].append(cut)
+                    break
+                cut["seconds_to_first_insert"] = round(float(row["time"]) - healed, 1)
+                cut["items_inserted_then"] = row.get("actor/items_inserted")
+                if args.shards > 1:
+                    s = args.shards - 1
+                    key = f"learner/batches_shard_{s}"
+                    at_heal = max(
+                        (
+                            r.get(key, 0)
+                            for r in _rows(run_dir, "learner")
+                            if float(r["time"]) <= healed
+                        ),
+                        default=0,
+                    )
+
+                    def sampled(key=key, at_heal=at_heal, healed=healed):
+                        rows = _rows(run_dir, "learner")
+                        return next(
+                            (
+                                r
+                                for r in rows
+                                if float(r["time"]) > healed and r.get(key, 0) > at_heal
+                            ),
+                            None,
+                        )
+
+                    got = _poll(sampled, 300, f"the learner sampling shard {s} again")
+                    cut[f"seconds_to_first_batch_of_shard_{s}"] = round(
+                        float(got["time"]) - healed, 1
+                    )
+                result["cuts"].append(cut)
                 time.sleep(5)
         finally:
             result["exit_code"] = _stop(proc)
             with open(os.path.join(out_dir, "cluster.log"), "w") as f:
                 f.writelines(lines)
+        result["events"] = _events(lines)
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
         result["summary_network"] = summary.get("network")
         result["stop_reason"] = summary.get("stop_reason")
+        result["failure"] = summary.get("failure")
+        if args.shards > 1:
+            result["replay_shards"] = summary.get("replay_shards")
+            last = (_rows(run_dir, "learner") or [{}])[-1]
+            result["learner_shards"] = {
+                k: v for k, v in last.items() if "_shard_" in k or k.endswith("_unacked")
+            }
         result["stop_window_kill"] = any("still running after the stop window" in x for x in lines)
+        result["replay_content"] = _replay_content(run_dir)
     finally:
         cluster.down()
     return result
+
+
+def _replay_content(run_dir: str) -> dict:
+    """The replay-content checks of the tests (tests/replay_checks.py: every
+    CartPole item's n-step reward and discount) on the final checkpoint."""
+    from apex import ApexConfig, checkpointing
+    from apex.replay import unpack_item
+    from tests.replay_checks import assert_cartpole_nstep
+    from tools.replay_inspect import checkpoint_reader as cr
+
+    replay = ApexConfig().replay
+    path = checkpointing.latest_complete(run_dir)
+    if path is None:
+        return {"checkpoint": None}
+    items, bad = 0, []
+    for shard_path in checkpointing.load(path).shard_paths:
+        for item in cr.iter_items(shard_path, "transitions"):
+            items += 1
+            data = unpack_item(item.data)
+            try:
+                assert_cartpole_nstep(data, replay.discount, replay.n_step)
+            except AssertionError:
+                bad.append({k: float(data[k]) for k in ("reward", "discount", "actor")})
+    return {
+        "checkpoint": os.path.basename(path),
+        "items": items,
+        "mismatches": len(bad),
+        "first_mismatches": bad[:5],
+    }
 
 
 def local(args, out_dir: str) -> dict:
@@ -213,36 +345,37 @@ def main() -> None:
     parser.add_argument("--local", action="store_true", help="also local_mp, same window")
     parser.add_argument(
         "--cut_host",
-        choices=["actor", "learner"],
+        choices=["actor", "learner", "shard"],
         default="actor",
-        help="whose link goes down: actor_0's host, or the learner's (every actor cut off)",
+        help="whose link goes down: actor_0's host, the learner's (every actor cut off), "
+        "or the last replay shard's (--shards > 1; its actor is watched)",
+    )
+    parser.add_argument("--shards", type=int, default=1, help="replay.num_shards")
+    parser.add_argument(
+        "--override", action="append", default=[], help="another --config.X=Y for the program"
     )
     parser.add_argument("--out_dir", default="/tmp/apex-netns-bench")
     args = parser.parse_args()
     args.cuts = [float(x) for x in args.cuts.split(",") if x]
+    if args.cut_host == "shard" and args.shards < 2:
+        parser.error("--cut_host shard needs --shards 2 or more")
     why = netns.unavailable()
     if why:
         sys.exit(f"netns_cluster: {why}")
     for sub in ("cluster", "local"):  # fresh run directories (an old one would be resumed)
         shutil.rmtree(os.path.join(args.out_dir, sub), ignore_errors=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    load = os.getloadavg()[0]
     out = {
-        "commit": commit,
-        "load_average_1min_at_start": load,
+        "command": " ".join(["bench/netns_cluster.py", *sys.argv[1:]]),
+        "args": vars(args),
+        "load_average_1min_at_start": os.getloadavg()[0],
         "cluster": on_cluster(args, args.out_dir),
     }
     if args.local:
         out["local_mp"] = local(args, args.out_dir)
     print(json.dumps(out, indent=1))
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     tail = "" if args.cut_host == "actor" else f"-cut-{args.cut_host}"
-    path = os.path.join(ROOT, "bench", "results", f"netns_cluster-{commit}{tail}.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    print(f"wrote {path}")
+    tail += f"-shards{args.shards}" if args.shards > 1 else ""
+    print("wrote", save_results(f"netns_cluster{tail}", out))
 
 
 if __name__ == "__main__":

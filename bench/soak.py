@@ -399,11 +399,12 @@ class Soak:
         event.update(node=node, pid=pid, did="restart")
 
         def inserted() -> dict | None:
-            rows = [
-                r
-                for r in rows_after(self.run_dir, node, t0)
-                if r.get("actor/restarts", 0) > restarts
-            ]
+            # The killed process writes nothing after t0: the first row after it is
+            # the new process's, once a beat names a new pid. (Not "actor/restarts
+            # went up": the restart count is checked on its own, below.)
+            if self.node_pid(node) in (0, pid):
+                return None
+            rows = rows_after(self.run_dir, node, t0)
             return rows[0] if rows else None
 
         row = poll(inserted, RECOVERY_TIMEOUT)
@@ -414,6 +415,19 @@ class Soak:
             )
         else:
             event["to_insert_s"] = float(row["time"]) - t0
+            counted = poll(
+                lambda: any(
+                    r.get("actor/restarts", 0) > restarts
+                    for r in rows_after(self.run_dir, node, t0)
+                ),
+                60.0,
+            )
+            event["restart_counted"] = counted is not None
+            if counted is None:
+                self.problems.append(
+                    f"{node}'s restart after its kill at {t0 - self.start:.0f} s was not "
+                    f"counted (actor/restarts stayed at {restarts})"
+                )
         sgd = poll(lambda: counters(self.run_dir)["learner_steps"] > learner_before, 60.0)
         event["to_sgd_s"] = None  # the learner never stopped: nothing to recover
         event["learner_went_on"] = sgd is not None

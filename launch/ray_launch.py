@@ -18,8 +18,11 @@ before it pickles the nodes, so an actor on host B dials the replay and the
 learner on host A. Courier and Reverb listen on every interface.
 
 Faults: a NodeHost whose Ray worker or node died is an actor's host: the
-actor starts again on any node that fits, under apex.restart's policy (the
-one a local actor follows after an exception); an actor's process that dies
+actor starts again on another node that fits, under apex.restart's policy (the
+one a local actor follows after an exception); so does an actor the
+coordinator counts lost (cut off past cluster.actor_lost_after_seconds) or
+whose process fenced itself, after its old copy's lease has run out
+(launch.ray_replace, apex.fence); an actor's process that dies
 of a signal (SIGKILL, the OOM killer, a crash) while its NodeHost lives starts
 again under that host, under the same policy (launch.node_restarts); a server node's host (the
 learner's, the coordinator's) stops the program in order with "node failed".
@@ -44,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apex import (
+    SERVER_LABELS,
     STOP_WINDOW,
     ApexConfig,
     Demand,
@@ -51,14 +55,16 @@ from apex import (
     compat,
     decide_restart,
     describe_placement,
+    fence,
     recorded_failure,
     write_json_atomic,
 )
 from launch import node_process
 from launch.node_env import PROCESS_RESTART_ENV, RESTARTED_ENV
 from launch.node_restarts import death_text, died_unasked, policy_env
-from launch.ray_connect import RaySession, import_ray
+from launch.ray_connect import RaySession, cluster_nodes, import_ray
 from launch.ray_host import NodeHost, free_ports
+from launch.ray_replace import CoordinatorLink, pick_node
 
 PLACEMENT_FILE = "placement.json"
 # The nodes that may leave a failure record (apex.supervision.record_failure) in
@@ -112,6 +118,8 @@ class _Slot:
     backoff: float = 0.0
     started: float = 0.0
     restart_at: float | None = None
+    avoid: set[str] = dataclasses.field(default_factory=set)  # the node it was lost on
+    fence_until: float = 0.0  # its old copy's lease has surely run out by then (monotonic)
 
     @property
     def done(self) -> bool:
@@ -163,10 +171,16 @@ class RayLauncher:
         compat.prepare_nodes(program, StopViaLauncher(self._control_address))
         self._env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
         self._env.update(policy_env(config))  # dead actors come back: the coordinator waits
-        self._coordinator_address: str | None = None
+        lease = config.cluster.actor_lost_after_seconds
+        if not lease or config.logging.heartbeat_period_seconds <= 0:
+            lease = 0.0  # no beats, no lease: lost actors are not replaced
+        if lease:
+            self._env[fence.LEASE_ENV] = f"{lease:g}"  # actors hold leases; lost ones are replaced
+        self._coordinator = CoordinatorLink(lease)
+        self._next_lost_check = 0.0
 
     # -------------------------------------------------------------- start
-    def _new_host(self, slot: _Slot, node_id: str | None) -> Any:
+    def _new_host(self, slot: _Slot, node_id: str | None, soft: bool = False) -> Any:
         # Deferred: Ray is optional (the 'ray' extra); self._ray is imported by now.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -179,7 +193,7 @@ class RayLauncher:
             "max_restarts": 0,
         }
         if node_id is not None:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=soft)
         return self._remote_cls.options(**options).remote(
             slot.title, slot.colour, self._tty, self._keep_all
         )
@@ -224,7 +238,7 @@ class RayLauncher:
         for slot in self._slots:  # every address first: nodes pickle their peers' handles
             self._bind(slot)
             if slot.demand.label == "coordinator":
-                self._coordinator_address = f"{slot.info['ip']}:{slot.info['ports'][0]}"
+                self._coordinator.address = f"{slot.info['ip']}:{slot.info['ports'][0]}"
         for slot in self._slots:
             self._start(slot)
         self._record_placement()
@@ -299,10 +313,13 @@ class RayLauncher:
             self._out(lines)
             if code is not None and self._process_died(slot, code):
                 continue
+            if code == fence.FENCED_EXIT_CODE and self._replace(slot, "fenced itself", ended=True):
+                continue
             if code is not None:
                 slot.exit_code = code
                 if code != 0 and not self._stop.is_set():
                     self._fail(self._exit_reason(slot, code))
+        self._check_lost()
         for slot in self._slots:
             if slot.restart_at is not None and time.time() >= slot.restart_at:
                 self._restart(slot)
@@ -340,6 +357,19 @@ class RayLauncher:
             slot.exit_code = -1
             self._fail(f"{reason}: {type(err).__name__}")
             return
+        slot.avoid = {str(slot.info.get("node_id"))}
+        self._schedule_elsewhere(slot, reason)
+
+    def _schedule_elsewhere(self, slot: _Slot, reason: str, ended: bool = False) -> bool:
+        """Schedules the start of actor `slot` on another node (its old copy fenced
+        first: the coordinator refuses its beats and says how long its last lease
+        may hold; the new copy starts after that, or once the coordinator knows
+        the copy ended; `ended`: its exit was seen), or past actor.max_restarts
+        fails the program. Returns whether a restart was scheduled."""
+        wait_fence = self._coordinator.fence(slot.demand.name)
+        if ended:
+            wait_fence = 0.0
+        slot.fence_until = time.monotonic() + wait_fence  # a clock no one sets
         self._forget(slot.demand.name)  # its silence from now on is not a death
         c = self._config.actor
         slot.restarts += 1
@@ -353,13 +383,80 @@ class RayLauncher:
         if not decision.restart:
             slot.exit_code = -1
             self._fail(f"{reason}, {slot.restarts} times (actor.max_restarts={c.max_restarts})")
-            return
+            return False
         slot.backoff = decision.next_backoff
         slot.restart_at = time.time() + decision.wait
-        self._say(
-            f"{reason}; restart {slot.restarts}/{c.max_restarts} on any node that fits in "
-            f"{decision.wait:.1f} s"
+        fenced = (
+            f", once its old copy has ended or its lease has run out (at most {wait_fence:.1f} s)"
+            if wait_fence > decision.wait
+            else ""
         )
+        self._say(
+            f"{reason}; restart {slot.restarts}/{c.max_restarts} on another node that fits in "
+            f"{decision.wait:.1f} s{fenced}"
+        )
+        return True
+
+    def _fence_holds(self, slot: _Slot) -> bool:
+        """Whether the old copy of `slot` may still hold a lease (then its restart
+        waits: asked again every second, never past `fence_until`)."""
+        left = slot.fence_until - time.monotonic()
+        if left <= 0 or self._coordinator.fence(slot.demand.name) <= 0:
+            return False
+        slot.restart_at = time.time() + min(1.0, left)
+        return True
+
+    def _replace(self, slot: _Slot, why: str, ended: bool = False) -> bool:
+        """Actor `slot` lost to a partition (`why`): its NodeHost is killed (Ray
+        ends it, and with it the node process, when its host can be reached
+        again: a second fence) and the actor starts again on another node
+        (`ended`: its process's exit was seen: no lease to wait out).
+        False: nothing to do (a stop, or not an actor)."""
+        if self._stop.is_set() or slot.demand.label != "actor" or slot.host is None:
+            return False
+        node = str(slot.info.get("node_id", "?"))
+        try:
+            self._ray.kill(slot.host, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        slot.host = None
+        slot.avoid = {node}
+        self._schedule_elsewhere(slot, f"{slot.title} on Ray node {node[:8]} {why}", ended)
+        return True
+
+    def _check_lost(self, period: float = 1.0) -> None:
+        """Every `period` s: the actors the coordinator counts lost are replaced."""
+        now = time.time()
+        if self._stop.is_set() or now < self._next_lost_check:
+            return
+        self._next_lost_check = now + period
+        lost = self._coordinator.lost()
+        for name, _ in lost:
+            for slot in self._slots:
+                if slot.demand.name == name and slot.restart_at is None and not slot.done:
+                    self._replace(slot, "was counted lost by the coordinator (cut off)")
+
+    def _pick_node(self, slot: _Slot) -> str | None:
+        """Where to start actor `slot` again: a node with room, not one it was lost
+        on nor one whose actor is lost now; the learner's node last (None: Ray's choice)."""
+        used: dict[str, float] = {}
+        avoid = set(slot.avoid)
+        learner_nodes = set()
+        for s in self._slots:
+            node = s.info.get("node_id")
+            if s is slot or node is None:
+                continue
+            if s.demand.label in SERVER_LABELS:
+                learner_nodes.add(node)
+            if s.host is not None and not s.done:
+                used[node] = used.get(node, 0.0) + s.demand.cpus
+            elif s.demand.label == "actor":
+                avoid.update(s.avoid)
+        try:
+            nodes = cluster_nodes(self._ray)
+        except Exception:  # noqa: BLE001 - Ray's choice then
+            return None
+        return pick_node(nodes, slot.demand, used, avoid, learner_nodes)
 
     def _process_died(self, slot: _Slot, code: int) -> bool:
         """An actor's process that died of a signal nobody sent to stop it while its
@@ -403,8 +500,11 @@ class RayLauncher:
             self._say(f"{slot.title} restarted under its NodeHost")
             self._record_placement()
             return
+        if self._fence_holds(slot):
+            return
         try:
-            slot.host = self._new_host(slot, None)  # any node with its CPUs and resource
+            # Soft: if Ray finds no room there after all, it chooses.
+            slot.host = self._new_host(slot, self._pick_node(slot), soft=True)
             self._await_infos([slot])
             self._bind(slot)
             self._forget(slot.demand.name)  # the old process's last beats too
@@ -414,19 +514,12 @@ class RayLauncher:
             self._fail(f"{slot.title} could not be restarted: {err}")
             return
         node = slot.info["node_id"][:8]
-        self._say(f"{slot.title} restarted on Ray node {node}")
+        self._say(f"{slot.title} restarted on Ray node {node} ({slot.info.get('ip')})")
         self._record_placement()
 
     def _forget(self, name: str) -> None:
         """Tells the coordinator the node's old beats are not a death."""
-        if self._coordinator_address is None:
-            return
-        try:
-            import courier  # deferred: Launchpad's gRPC client, needed only here
-
-            courier.Client(self._coordinator_address, call_timeout=5).forget_node(name)
-        except Exception:  # noqa: BLE001 - the coordinator judges by its own beats then
-            pass
+        self._coordinator.forget(name)
 
     def _stopping(self) -> None:
         now = time.time()

@@ -162,3 +162,24 @@ def test_a_sigkilled_actor_process_comes_back_in_its_slot_and_the_program_goes_o
             assert 0 <= int(data["slot"]) < 16
             times["before" if float(data["insert_time"]) < killed_at else "after"] += 1
     assert times["after"] > 0, times
+
+
+def test_a_process_started_again_counts_on_from_its_predecessors_restarts(small_config):
+    """The soak's finding: an actor that restarted in-process (1) and then lost
+    its process reported actor/restarts 1 again; it now counts on (2)."""
+    from launch.node_env import PROCESS_RESTART_ENV, RESTARTED_ENV
+    from launch.nodes.actor import restarts_at_start
+
+    c = Coordinator(small_config, "", start_time=time.time(), restart_grace=30.0)
+    c.heartbeat(_beat("actor_0", os.getpid(), restarts=1))  # one in-process restart
+    assert (c.actor_restart_count(0), c.actor_restart_count(1)) == (1, 0)
+    again = {RESTARTED_ENV: "1", PROCESS_RESTART_ENV: "1"}  # its first process death
+    assert restarts_at_start(again, c, 0) == 2
+    assert restarts_at_start(again, c, 1) == 1  # no beat counted more: the process count
+    assert restarts_at_start({}, c, 0) == 0  # a first start counts from 0
+
+    class Gone:
+        def actor_restart_count(self, actor_id):
+            raise ConnectionError("the coordinator is gone")
+
+    assert restarts_at_start(again, Gone(), 0) == 1

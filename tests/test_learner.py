@@ -209,3 +209,28 @@ def test_a_call_of_several_steps_counts_each_step(reverb_server, small_config):
     assert row["learner/steps"] == 6
     assert row["learner/policy_lag_max_steps"] == 5.0  # items of version 0, trained by steps 1..6
     learner.close()
+
+
+@pytest.mark.timeout(180)
+def test_the_first_steps_do_not_wait_for_the_trace_of_several(reverb_server, small_config):
+    """steps_per_call = 4 under run(): one step per call until the 4-step
+    function is traced on its own thread, then 4 per call; every step counted."""
+    address = f"localhost:{reverb_server.port}"
+    fill(address, small_config, 200)
+    small_config.learner.steps_per_call = 4
+    learner = Learner(small_config, env_spec(small_config.env), address)
+    calls: list[int] = []
+    on_iterator = learner._sgd.on_iterator
+
+    def counted(iterator, k=1, steps=0):
+        out = on_iterator(iterator, k, steps)
+        calls.append(k)
+        return out
+
+    learner._sgd.on_iterator = counted
+    learner.run(lambda: len(calls) >= 3 and calls[-3:] == [4, 4, 4])
+    assert calls[-1] == 4 and set(calls) <= {1, 4}
+    first = calls.index(4)
+    assert all(k == 4 for k in calls[first:])  # never back to one step per call
+    assert learner.steps == sum(calls)
+    assert len(learner.last_update[0]) == 4 * 32

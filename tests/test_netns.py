@@ -1,7 +1,10 @@
 """Hosts with their own addresses (issue 31): the Ray launcher across network
 namespaces (tests/netns.py), the launcher's choice of its own node, a
-partition that heals, the stop across hosts; and the pieces of it that need no
-cluster (the routing choice, a writer whose stream broke, the costs summed).
+partition that heals (with the replay-content checks on the final
+checkpoint), the stop across hosts (Ctrl-C, SIGTERM, a stop criterion), two
+replay shards across hosts; and the pieces of it that need no cluster (the
+routing choice, a writer whose stream broke, the costs summed). The cluster
+tests share one cluster (a module-scoped fixture).
 
 The cluster tests need root and `ip` (they skip naming why not) and carry the
 `multihost` marker.
@@ -215,6 +218,14 @@ def _beat(run_dir: str, node: str) -> dict:
         return {}
 
 
+def _rows(run_dir: str, node: str) -> list[dict]:
+    try:
+        with open(os.path.join(run_dir, "metrics", f"{node}.jsonl")) as f:
+            return sorted((json.loads(x) for x in f if x.strip()), key=lambda r: r["time"])
+    except (OSError, json.JSONDecodeError):
+        return []
+
+
 def _node_processes(cluster) -> list[str]:
     out = []
     for pids in cluster.pids().values():
@@ -229,6 +240,97 @@ def _node_processes(cluster) -> list[str]:
     return out
 
 
+class _Program:
+    """The README's cluster command run in h1 (the launcher) with --ray_address of
+    the head; its output is collected in `lines` as it comes."""
+
+    def __init__(self, hosts, run_dir: str, token: str, *overrides: str):
+        import threading
+
+        self.run_dir = run_dir
+        env = hosts.env()
+        env.update({TOKEN_VAR: token, "APEX_CHECK_NO_SHARED_FS": "1"})
+        self.proc = hosts.popen(
+            0,
+            [
+                sys.executable,
+                "-m",
+                "launch.train",
+                "--config=configs/apex_cartpole.py",
+                f"--config.run_dir={run_dir}",
+                "--launcher=ray",
+                f"--ray_address={hosts.address}",
+                "--config.cluster.learner_resource=apex_learner",
+                "--config.cluster.actor_resource=apex_actor",
+                "--config.checkpoint.period_seconds=None",
+                "--config.logging.tensorboard=False",
+                "--config.logging.progress_period_seconds=1",
+                *overrides,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(
+            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
+        )
+        self.reader.start()
+
+    def placement(self) -> dict:
+        with open(os.path.join(self.run_dir, "placement.json")) as f:
+            return json.load(f)
+
+    def wait(self) -> str:
+        """Waits for the launcher's exit (STOP_TIMEOUT); its whole output."""
+        self.proc.wait(timeout=STOP_TIMEOUT)
+        self.reader.join(timeout=10)
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def summary(self) -> dict:
+        with open(os.path.join(self.run_dir, "summary.json")) as f:
+            return json.load(f)
+
+
+def _assert_stopped_in_window(hosts, out: str) -> None:
+    """Every node stopped inside the stop window, and none is left on any host."""
+    assert "still running after the stop window" not in out, out[-4000:]
+    assert "Timeout (" not in out and "Traceback" not in out, out[-4000:]
+    wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")
+
+
+def _assert_right_nstep_values(run_dir: str, since: float | None = None) -> dict:
+    """The replay-content checks (tests/replay_checks.py) on every item of the
+    final checkpoint's every shard; returns the items' count by actor, and of
+    actor 0's those made after `since`."""
+    from apex import checkpointing
+    from apex.config import ApexConfig
+    from apex.replay.tables import unpack_item
+    from tests.replay_checks import assert_cartpole_nstep
+    from tools.replay_inspect import checkpoint_reader as cr
+
+    replay = ApexConfig().replay
+    path = checkpointing.latest_complete(run_dir)
+    assert path, f"no complete checkpoint in {run_dir}"
+    counts: dict = {"after": 0}
+    for shard_path in checkpointing.load(path).shard_paths:
+        for item in cr.iter_items(shard_path, "transitions"):
+            data = unpack_item(item.data)
+            assert_cartpole_nstep(data, replay.discount, replay.n_step)
+            actor = int(data["actor"])
+            counts[actor] = counts.get(actor, 0) + 1
+            if since is not None and actor == 0 and float(data["insert_time"]) > since:
+                counts["after"] += 1
+    return counts
+
+
 @pytest.mark.multihost
 @pytest.mark.integration
 @pytest.mark.timeout(600)
@@ -241,44 +343,17 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
     h2's link goes down (the progress line names its actor unreachable) and
     comes back: that actor inserts again and its counts carry on. Ctrl-C then
     stops every node inside the stop window (no kill after it), exit 130,
-    summary.json with the final checkpoint and what the partition cost, and no
-    node process is left on any host."""
+    summary.json with the final checkpoint and what the partition cost, no
+    node process is left on any host, and every item of the final checkpoint
+    (actor_0's made after the link returned among them) holds right n-step
+    values."""
     run_dir = str(tmp_path / "run")
-    env = hosts.env()
-    env.update({TOKEN_VAR: "netns", "APEX_CHECK_NO_SHARED_FS": "1"})
-    proc = hosts.popen(
-        0,
-        [
-            sys.executable,
-            "-m",
-            "launch.train",
-            "--config=configs/apex_cartpole.py",
-            f"--config.run_dir={run_dir}",
-            "--launcher=ray",
-            f"--ray_address={hosts.address}",
-            "--config.cluster.learner_resource=apex_learner",
-            "--config.cluster.actor_resource=apex_actor",
-            "--config.checkpoint.period_seconds=None",
-            "--config.logging.tensorboard=False",
-            "--config.logging.progress_period_seconds=1",
-            "--config.stop.max_wall_seconds=900",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    import threading
-
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    program = _Program(hosts, run_dir, "netns", "--config.stop.max_wall_seconds=900")
+    lines = program.lines
     healed = 0.0
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 20, STARTUP_TIMEOUT)
-        with open(os.path.join(run_dir, "placement.json")) as f:
-            placed = json.load(f)
+        placed = program.placement()
         nodes = placed["nodes"]
         assert placed["launcher_ip"] == hosts.ips[0], placed
         assert placed["launcher_ip_source"] == f"routes to the head {hosts.ips[0]}", placed
@@ -310,28 +385,91 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
             120,
             "a beat of actor_0 made after the link returned",
         )
-        wait_until(lambda: inserted() > after, 120, f"actor_0 inserting again (after {after})")
+        # More than a writer's unconfirmed items (48) past it: items the actor
+        # made after the link returned are in the replay.
+        wait_until(
+            lambda: inserted() > after + 200, 120, f"actor_0 inserting again (after {after})"
+        )
         assert after >= before  # its counts carried on
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at the terminal
-        proc.wait(timeout=STOP_TIMEOUT)
-        reader.join(timeout=10)
+        os.killpg(program.proc.pid, signal.SIGINT)  # Ctrl-C at the terminal
+        out = program.wait()
     finally:
         if not healed:
             hosts.heal(0 if "victim" not in locals() else victim)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = "".join(lines)
-    assert proc.returncode == 130, out[-4000:]
-    assert "still running after the stop window" not in out, out[-4000:]
-    assert "Timeout (" not in out and "Traceback" not in out, out[-4000:]
+        program.kill()
+    assert program.proc.returncode == 130, out[-4000:]
+    _assert_stopped_in_window(hosts, out)
     assert "launcher at 10.77.0.11 (routes to the head 10.77.0.11)" in out, out[-4000:]
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
+    summary = program.summary()
     assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
     assert summary["network"]["seconds_unreachable"] > 0, summary["network"]
     assert summary["network"]["longest_silence_seconds"].get("actor_0", 0) >= 8, summary
-    wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")
+    counts = _assert_right_nstep_values(run_dir, since=healed)
+    assert counts.get(0) and counts.get(1) and counts["after"] > 0, counts
+
+
+@pytest.mark.multihost
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window(hosts, tmp_path):
+    """Two programs on the same three hosts, one after the other. SIGTERM to the
+    launcher (as a supervisor sends it): exit 143. Then two replay shards
+    (replay.num_shards=2) stopped by a stop criterion (max_learner_steps):
+    exit 0; shard 1 is a node on an actor host (shard 0 is in the learner's
+    process in h1) and its actor (actor_1) is next to it; both shards took
+    items, were sampled and acknowledged the learner's priority updates
+    (routed to the shard each key came from). Each time every node stops
+    inside the stop window, no node process is left and the final
+    checkpoint's items hold right n-step values."""
+    # SIGTERM
+    run_dir = str(tmp_path / "sigterm")
+    program = _Program(hosts, run_dir, "netns-term", "--config.stop.max_wall_seconds=900")
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 20, STARTUP_TIMEOUT)
+        program.proc.send_signal(signal.SIGTERM)  # the launcher's pid only
+        out = program.wait()
+    finally:
+        program.kill()
+    assert program.proc.returncode == 143, out[-4000:]
+    _assert_stopped_in_window(hosts, out)
+    summary = program.summary()
+    assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
+    _assert_right_nstep_values(run_dir)
+
+    # Two shards, a stop criterion
+    run_dir = str(tmp_path / "shards")
+    steps = 400
+    program = _Program(
+        hosts,
+        run_dir,
+        "netns-shards",
+        "--config.replay.num_shards=2",
+        f"--config.stop.max_learner_steps={steps}",
+        "--config.stop.max_wall_seconds=900",
+    )
+    try:
+        program.proc.wait(timeout=STARTUP_TIMEOUT + 300)  # it stops itself
+        out = program.wait()
+    finally:
+        program.kill()
+    assert program.proc.returncode == 0, out[-4000:]
+    _assert_stopped_in_window(hosts, out)
+    nodes = program.placement()["nodes"]
+    assert nodes["learner"]["ip"] == hosts.ips[0], nodes  # shard 0 is in its process
+    assert nodes["replay_1"]["ip"] in hosts.ips[1:], nodes
+    assert nodes["actor_1"]["ip"] == nodes["replay_1"]["ip"], nodes  # next to its shard
+    summary = program.summary()
+    assert summary["stop_reason"] == "max_learner_steps" and summary["checkpoint"], summary
+    shards = summary["replay_shards"]
+    for name in ("replay_0", "replay_1"):
+        assert shards[name]["inserts"] > 0 and shards[name]["samples"] > 0, shards
+    rows = _rows(run_dir, "learner")
+    last = rows[-1] if rows else {}
+    for s in (0, 1):
+        assert last.get(f"learner/batches_shard_{s}", 0) > 0, last
+        assert last.get(f"learner/priority_updates_acked_shard_{s}", 0) > 0, last
+    counts = _assert_right_nstep_values(run_dir)
+    assert counts.get(0) and counts.get(1), counts
 
 
 def test_a_parameter_request_a_partition_swallowed_is_asked_again():

@@ -353,3 +353,28 @@ def test_a_learner_waiting_on_held_shards_honours_a_stop(shards, small_config):
     calls = []
     learner.run(lambda: calls.append(1) or len(calls) >= 20)
     assert learner.steps == 0
+
+
+def test_the_stop_drain_survives_a_shard_that_cannot_be_reached():
+    """A shard cut off at the stop (issue 31's netns bench): making its
+    iterator raises; the drain thread returns quietly, the others drain."""
+    import threading
+
+    import tensorflow as tf
+
+    from apex.replay.sharded import drain_datasets
+
+    class Unreachable:
+        def __iter__(self):
+            raise tf.errors.InternalError(None, None, "Socket closed")
+
+    crashes = []
+    hook = threading.excepthook
+    threading.excepthook = crashes.append
+    try:
+        reachable = tf.data.Dataset.range(5)
+        drawn = drain_datasets([reachable, Unreachable()], 2.0, lambda: False)
+    finally:
+        threading.excepthook = hook
+    assert crashes == []
+    assert drawn >= 5  # the reachable shard was drained (its dataset ends and restarts)

@@ -267,7 +267,9 @@ class LearnerConfig:
     """SGD steps whose priority updates are merged into one Reverb call."""
     steps_per_call: int = 1
     """SGD steps per call of the traced step (one replay server): K prefetched
-    batches, trained on in turn, their priorities sent as one update."""
+    batches, trained on in turn, their priorities sent as one update. The K
+    inlined steps are traced on a thread of their own at the start; until then
+    the learner trains one step per call, so its first step does not wait."""
     jit_compile: bool = False
     """Compile the SGD step's math with XLA (tf.function(jit_compile=True)). On
     this CPU it makes the whole step slower (docs/benchmarks.md, issue 28); a
@@ -376,6 +378,13 @@ class ClusterConfig:
     start_timeout_seconds: float = 120.0
     """How long the launcher waits for every node's Ray actor to be placed and
     started before it gives up (naming the ones still pending)."""
+    actor_lost_after_seconds: float | None = 60.0
+    """An actor on another host that has not heard from the coordinator for this
+    long stops itself (fenced: its lease ran out); the coordinator counts it
+    lost 5 s later and the launcher starts it again on a host that can reach
+    the program (docs/cluster.md, "When the network fails"). At least 4
+    heartbeat periods. None: no leases, and an actor silent for 60 s stops the
+    program."""
 
 
 @dataclasses.dataclass

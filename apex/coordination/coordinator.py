@@ -23,9 +23,15 @@ from apex.coordination.replay_poll import ReplayPoller
 from apex.coordination.restarts import ActorRestarts
 from apex.coordination.startup import StartLines
 from apex.doctor import Finding
-from apex.heartbeat import HOST, HeartbeatStore
+from apex.fence import ACTOR_PREFIX, Leases
+from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
 from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
+
+
+def _gone_here(host: Any, pid: Any) -> bool:
+    """Whether a copy of a node is known to have ended: on this host, its process gone."""
+    return host == HOST and not pid_alive(int(pid or 0))
 
 
 class Coordinator:
@@ -51,6 +57,11 @@ class Coordinator:
       restart_grace: seconds a dead actor has to come back when its launcher
         restarts actor processes (0: a dead actor is a failure at once;
         apex.coordination.restarts).
+      lease_seconds: the lease actors hold (cluster.actor_lost_after_seconds,
+        when a launcher replaces lost actors; 0: no leases).
+        An actor on another host silent past it (plus a margin) counts as lost:
+        `lost_actors` names it for the launcher, which starts it again
+        (apex.fence).
 
     Attributes:
       verdict: why the run stopped (None while it runs).
@@ -71,6 +82,7 @@ class Coordinator:
         out: Any = None,
         silent_after: float = 60.0,
         restart_grace: float = 0.0,
+        lease_seconds: float = 0.0,
     ):
         self._config = config
         self._run_dir = run_dir
@@ -86,7 +98,14 @@ class Coordinator:
         self._env_steps_per_item = float(get_builder(config).env_steps_per_item(config))
         self.verdict: StopVerdict | None = None
         self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
-        self.heartbeats = HeartbeatStore(run_dir, silent_after=silent_after)
+        self.leases = Leases(lease_seconds, gone=_gone_here) if lease_seconds > 0 else None
+        self.heartbeats = HeartbeatStore(
+            run_dir,
+            silent_after=silent_after,
+            actor_silent_after=self.leases.lost_after if self.leases is not None else None,
+        )
+        self._lost: dict[str, str] = {}  # actor -> the copy counted lost, until replaced
+        self.actors_lost = 0
         self.actor_restarts = ActorRestarts(restart_grace)
         self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
         self._node_metrics: dict[str, MetricsWriter] = {}
@@ -107,19 +126,57 @@ class Coordinator:
         return self._failure
 
     # --------------------------------------------------------- control plane
-    def heartbeat(self, beat: dict[str, Any]) -> None:
-        """A node's beat (RPC): recorded, and written to RUN_DIR/heartbeats for tools."""
+    def heartbeat(self, beat: dict[str, Any]) -> dict[str, Any] | None:
+        """A node's beat (RPC): recorded, and written to RUN_DIR/heartbeats for tools.
+        With leases, an actor's beat is answered with its lease renewed
+        ({'lease_seconds': L}), or with {'fenced': True} (not recorded) for a
+        copy that was counted lost (apex.fence)."""
+        node = str(beat.get("node", ""))
+        if self.leases is not None and node.startswith(ACTOR_PREFIX):
+            reply = self.leases.grant(
+                node, beat.get("incarnation"), beat.get("host"), beat.get("pid")
+            )
+            if reply.get("fenced"):
+                return reply
+            self.heartbeats.record(beat)
+            return reply
         self.heartbeats.record(beat)
+        return None
+
+    def lost_actors(self) -> list[list[str]]:
+        """[[actor, incarnation]] of the actors counted lost and not yet started
+        again (RPC: the Ray launcher asks, then calls `fence_actor`)."""
+        with self._lock:
+            return [[n, i] for n, i in sorted(self._lost.items())]
+
+    def fence_actor(self, node: str) -> float:
+        """The launcher starts `node` again (RPC): every copy of it seen so far is
+        fenced (its beats refused from now on); returns the seconds the last
+        lease granted to them may still hold: the new copy starts after that."""
+        with self._lock:
+            self._lost.pop(node, None)
+        if self.leases is None:
+            return 0.0
+        return self.leases.fence(node)
 
     def forget_node(self, node: str) -> None:
         """The launcher restarts `node` on another host (RPC): its old beats are not
         a death (apex.heartbeat.HeartbeatStore.forget)."""
         self.heartbeats.forget(node)
+        with self._lock:
+            self._lost.pop(node, None)  # a new copy is on its way
 
     def actor_counts(self, actor_id: int) -> tuple[int, int]:
         """(env steps, episodes) actor `actor_id` reported last (RPC): a restarted
         actor carries on from them, so the run's counts never go back."""
         return self.counters.actor_counts(actor_id)
+
+    def actor_restart_count(self, actor_id: int) -> int:
+        """The restarts actor `actor_id`'s last beat counted (RPC; 0 if none): a
+        process started again counts on from them, so a slot's restarts never
+        go back when an in-process restart came before a process's death."""
+        beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
+        return int((beat.get("counters") or {}).get("restarts", 0) or 0)
 
     def node_finished(self, node: str) -> bool | None:
         """Whether `node` stopped or is gone (None: it never sent a beat)."""
@@ -243,7 +300,12 @@ class Coordinator:
         s = figures.summary(self._config, self.counters, self.replay, self.verdict, self._failure)
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         s["network"] = self.partitions.costs(self.heartbeats.beats())
+        s["network"].update(self._fence_figures())
         return s
+
+    def _fence_figures(self) -> dict[str, int]:
+        fenced = self.leases.fenced if self.leases is not None else 0
+        return {"actors_lost": self.actors_lost, "actors_fenced": fenced}
 
     def write_summary(self) -> dict[str, Any]:
         """summary.json, and state.json with the same figures (a run that stops
@@ -267,6 +329,12 @@ class Coordinator:
     def progress_line(self, rates: dict[str, float]) -> str:
         line = figures.progress_line(self.counters, self.replay, self.env_steps_now(), rates)
         line += self.partitions.text(self.heartbeats.beats(), time.time())
+        with self._lock:
+            lost = sorted(self._lost)
+        if lost or self.actors_lost:
+            line += f" | actors lost {self.actors_lost}" + (
+                f" ({', '.join(lost)} being replaced)" if lost else ""
+            )
         return line + self.actor_restarts.text(self.heartbeats.beats())
 
     def _write_metrics(self, rates: dict[str, float]) -> None:
@@ -280,6 +348,9 @@ class Coordinator:
         )
         row["coordinator/actor_reconnects"] = network["reconnects"]
         row["coordinator/items_lost_in_flight"] = network["items_lost_in_flight"]
+        fences = self._fence_figures()
+        row["coordinator/actors_lost"] = fences["actors_lost"]
+        row["coordinator/actors_fenced"] = fences["actors_fenced"]
         self._metrics.write(row)
 
     # ---------------------------------------------------------------- loop
@@ -374,13 +445,42 @@ class Coordinator:
         """Records a failure (the program then stops with 'node failed') when a node is
         gone without having stopped; returns the failure."""
         now = time.time() if now is None else now
+        dead = self.heartbeats.dead(now)
+        self._count_lost(dead, now)
         # A dead actor that its launcher restarts has a grace to come back.
-        dead = self.actor_restarts.past_grace(self.heartbeats.dead(now), now)
+        dead = self.actor_restarts.past_grace(dead, now)
         if not dead or self._failure is not None:
             return None
-        failure = stopping.dead_nodes_failure(dead, self.heartbeats.silent_after, self._run_dir)
+        failure = stopping.dead_nodes_failure(
+            dead, self.heartbeats.silent_limit(dead[0]), self._run_dir
+        )
         self._record_failure(failure)
         return failure
+
+    def _count_lost(self, dead: list[dict[str, Any]], now: float) -> None:
+        """Actors on another host silent past their lease (and the margin): lost.
+        Their copy has stopped itself by now (fenced); its beats are refused from
+        here on, and the launcher starts the actor again (`lost_actors`)."""
+        if self.leases is None:
+            return
+        for beat in dead:
+            node, copy = str(beat.get("node", "")), str(beat.get("incarnation"))
+            if not node.startswith(ACTOR_PREFIX) or beat.get("host", HOST) == HOST:
+                continue  # on this host its process is watched: a death, not a loss
+            if self.leases.is_fenced(node, copy):
+                continue
+            self.leases.fence(node)
+            with self._lock:
+                self._lost[node] = copy
+                self.actors_lost += 1
+            quiet = now - float(beat.get("received", beat.get("time", now)))
+            self._print(
+                f"[apex] {node} on {beat.get('host')}: no beat for {quiet:.0f} s (past its "
+                f"lease, cluster.actor_lost_after_seconds={self.leases.seconds:g}, + "
+                f"{self.leases.lost_after - self.leases.seconds:g} s): counted lost; its copy "
+                "there has stopped itself (fenced); it starts again on a host that can reach "
+                "the program"
+            )
 
     def check_health(self, now: float | None = None) -> list[Finding]:
         """Runs the hang doctor on the heartbeats and logs each new finding (again every 60 s)."""

@@ -90,6 +90,10 @@ class Learner(acme_core.Saveable):
         # Steps per call of the traced step (one server): priorities of a call's
         # k batches arrive as one put, so merge per priority_update_period steps.
         self._steps_per_call = 1 if self._sampler else int(config.learner.steps_per_call)
+        # Set once the k-step function is traced (_train_steps); step() trains
+        # one step per call until then. Set here for callers of step() alone.
+        self._k_ready = threading.Event()
+        self._k_ready.set()
         self._priorities = PriorityFeedback(
             self.replay_clients,
             -(-int(config.learner.priority_update_period) // self._steps_per_call),
@@ -132,6 +136,8 @@ class Learner(acme_core.Saveable):
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
         k = self._steps_per_call
+        if k > 1 and not self._k_ready.is_set():
+            k = 1  # the k-step function is still being traced (start-up)
         max_steps = self._config.stop.max_learner_steps
         if max_steps is not None and k > 1:
             k = max(1, min(k, max_steps - self.steps))
@@ -227,8 +233,10 @@ class Learner(acme_core.Saveable):
         last_t, last_steps = time.time(), self.steps
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.TRAINING)
-        if self._sampler is None:  # traced while the actors fill the table
-            self._sgd.prepare(self._batches.element_spec, self._steps_per_call)
+        if self._sampler is None:  # traced while the actors fill the table and it trains
+            self._k_ready = self._sgd.prepare_in_background(
+                self._batches.element_spec, self._steps_per_call
+            )
         self._batches.wait_for_min_size(should_stop)
         try:
             while not should_stop():

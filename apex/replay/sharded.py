@@ -226,13 +226,15 @@ def drain_datasets(
     counts = [0] * len(datasets)
 
     def loop(i: int) -> None:
-        iterator = iter(datasets[i])
+        iterator = None  # made inside the try: a shard cut off at the stop fails it
         while time.time() < end and not until():
             try:
+                if iterator is None:
+                    iterator = iter(datasets[i])
                 next(iterator)
                 counts[i] += 1
             except (tf.errors.OutOfRangeError, StopIteration):
-                iterator = iter(datasets[i])
+                iterator = None
             except Exception:  # noqa: BLE001 - the server is going down: nothing left to release
                 return
 

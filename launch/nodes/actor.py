@@ -7,6 +7,8 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Mapping
+from typing import Any
 
 from apex import (
     ApexConfig,
@@ -14,6 +16,7 @@ from apex import (
     Reporter,
     StopRequested,
     decide_restart,
+    fence,
     lifecycle,
     slot_epsilons,
 )
@@ -22,6 +25,21 @@ from apex.agents import AgentBuilder
 from apex.replay import ReplayStalled
 from launch.node_env import GIVE_UP_ENV, PROCESS_RESTART_ENV, RESTARTED_ENV
 from launch.nodes.common import node_heartbeat, node_should_stop, quiet_logs
+
+
+def restarts_at_start(env: Mapping[str, str], coordinator: Any, actor_id: int) -> int:
+    """The restarts an actor process starts counting from: its launcher's count
+    of process deaths (launch.node_restarts, PROCESS_RESTART_ENV), or, for a
+    process started again, one more than its predecessor's last beat counted if
+    that is more: the predecessor may have restarted in-process before it died
+    (the soak found actor/restarts going from 1 back to 1 after a process death)."""
+    restarts = int(env.get(PROCESS_RESTART_ENV, "0") or 0)
+    if env.get(RESTARTED_ENV) == "1":
+        try:
+            restarts = max(restarts, int(coordinator.actor_restart_count(actor_id)) + 1)
+        except Exception:  # noqa: BLE001 - the coordinator may be gone: the process count
+            pass
+    return restarts
 
 
 class ActorNode:
@@ -74,9 +92,9 @@ class ActorNode:
         if give_up:  # its process died past actor.max_restarts (launch.node_restarts)
             self._give_up(give_up, should_stop)
             return
-        # Restarts of this slot so far: its process's (launch.node_restarts), then
-        # this process's own; one count, as actor/restarts shows it.
-        restarts = int(os.environ.get(PROCESS_RESTART_ENV, "0") or 0)
+        # Restarts of this slot so far: its process's, then this process's own;
+        # one count, as actor/restarts shows it.
+        restarts = restarts_at_start(os.environ, self._coordinator, self._actor_id)
 
         def counters() -> dict:
             a = holder.get("actor")
@@ -88,7 +106,19 @@ class ActorNode:
             out.update(holder.get("link", {}))  # reconnects after partitions, what they cost
             return out
 
-        beat = node_heartbeat(c, self._coordinator, self._name, counters)
+        # On Ray the actor inserts only while it holds a lease from the coordinator
+        # (apex.fence): cut off past it, this copy ends itself, so
+        # that the copy the launcher starts elsewhere is the only one inserting.
+        seconds = fence.lease_seconds_from_env()
+        lease = fence.Lease(self._name, seconds) if seconds > 0 else None
+        beat = node_heartbeat(
+            c, self._coordinator, self._name, counters, lease.on_reply if lease else None
+        )
+        if lease is not None:
+            lease.watch(lambda: None if should_stop() else fence.fence_now(lease.fence_line()))
+            if not lease.wait_held(should_stop):  # no insert before the first grant
+                beat.close()
+                return
         holder["metrics"] = RemoteMetrics(self._coordinator, self._name, "actor/env_steps")
         backoff = c.actor.restart_backoff_seconds
         try:

@@ -141,12 +141,19 @@ def quiet_logs() -> None:
 
 
 def node_heartbeat(
-    config: ApexConfig, coordinator: Reporter, name: str, counters: Callable[[], dict]
+    config: ApexConfig,
+    coordinator: Reporter,
+    name: str,
+    counters: Callable[[], dict],
+    on_reply: Callable[[float, Any], None] | None = None,
 ) -> hb.Heartbeat:
-    """The node's heartbeat, sent to the coordinator (courier futures: never blocks)."""
+    """The node's heartbeat, sent to the coordinator (courier futures: never blocks);
+    `on_reply` gets the coordinator's answers (an actor's lease)."""
     futures = getattr(coordinator, "futures", None)
     sink = (futures or coordinator).heartbeat
-    return hb.Heartbeat(sink, name, config.logging.heartbeat_period_seconds, counters)
+    return hb.Heartbeat(
+        sink, name, config.logging.heartbeat_period_seconds, counters, on_reply=on_reply
+    )
 
 
 def node_metrics(config: ApexConfig, run_dir: str, name: str, step_key: str) -> MetricsWriter:

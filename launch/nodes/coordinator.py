@@ -8,7 +8,7 @@ import traceback
 
 import launchpad as lp
 
-from apex import STOP_WINDOW, ApexConfig, Coordinator, exception_text, record_failure
+from apex import STOP_WINDOW, ApexConfig, Coordinator, exception_text, fence, record_failure
 from apex import heartbeat as hb
 from launch.node_restarts import restart_grace_seconds
 from launch.nodes.common import (
@@ -54,6 +54,7 @@ class CoordinatorNode:
             stop_program=lp.stop,
             metrics=node_metrics(config, run_dir, "coordinator", "coordinator/env_steps"),
             restart_grace=restart_grace_seconds(),  # its launcher restarts dead actors
+            lease_seconds=fence.lease_seconds_from_env(),  # its launcher replaces lost actors
         )
         if resume_state:
             self._coordinator.restore(resume_state, resume_from)
@@ -96,8 +97,14 @@ class CoordinatorNode:
         return True
 
     # The control plane: every other node's calls.
-    def heartbeat(self, beat) -> None:
-        self._coordinator.heartbeat(beat)
+    def heartbeat(self, beat):
+        return self._coordinator.heartbeat(beat)
+
+    def lost_actors(self):
+        return self._coordinator.lost_actors()
+
+    def fence_actor(self, node):
+        return self._coordinator.fence_actor(node)
 
     def node_finished(self, node):
         return self._coordinator.node_finished(node)
@@ -107,6 +114,9 @@ class CoordinatorNode:
 
     def actor_counts(self, actor_id):
         return self._coordinator.actor_counts(actor_id)
+
+    def actor_restart_count(self, actor_id):
+        return self._coordinator.actor_restart_count(actor_id)
 
     def nodes_finished(self, prefix):
         return self._coordinator.nodes_finished(prefix)
