@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -53,4 +54,6 @@ class Adam(tf.Module):
 
     def learning_rate(self) -> float:
         """The scheduled step size of the next step (before bias correction)."""
-        return float(self._scheduled(float(self.iterations.numpy())))
+        # A NumPy scalar, not a Python float: TF 2.8 keeps the tensor of every
+        # Python number it converts (its scalar cache), one per metrics row.
+        return float(self._scheduled(np.float32(self.iterations.numpy())))
