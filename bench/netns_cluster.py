@@ -67,22 +67,6 @@ def _state(run_dir: str) -> dict:
         return {}
 
 
-def _beat(run_dir: str, node: str) -> dict:
-    try:
-        with open(os.path.join(run_dir, "heartbeats", f"{node}.json")) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _rows(run_dir: str, node: str) -> list[dict]:
-    try:
-        with open(os.path.join(run_dir, "metrics", f"{node}.jsonl")) as f:
-            return sorted((json.loads(x) for x in f if x.strip()), key=lambda r: r["time"])
-    except (OSError, json.JSONDecodeError):
-        return []
-
-
 def _poll(predicate, timeout: float, what: str):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -198,7 +182,9 @@ def on_cluster(args, out_dir: str) -> dict:
             result["cuts"] = []
             for seconds in args.cuts:
                 before = int(
-                    (_beat(run_dir, watched).get("counters") or {}).get("items_inserted", 0)
+                    (netns.node_beat(run_dir, watched).get("counters") or {}).get(
+                        "items_inserted", 0
+                    )
                 )
                 learner_before = _state(run_dir).get("learner_steps") or 0
                 cut_at = time.time()
@@ -214,7 +200,9 @@ def on_cluster(args, out_dir: str) -> dict:
                     - learner_before,
                 }
                 during = [
-                    r for r in _rows(run_dir, watched) if cut_at + 1 < float(r["time"]) < healed
+                    r
+                    for r in netns.metrics_rows(run_dir, watched)
+                    if cut_at + 1 < float(r["time"]) < healed
                 ]
                 if during:  # rows while its first host was cut off: a copy started elsewhere
                     cut["rows_during_cut"] = len(during)
@@ -231,7 +219,7 @@ def on_cluster(args, out_dir: str) -> dict:
                     # while its write waits; each carries the actor's own clock.
                     if proc.poll() is not None:
                         return {"exited": proc.returncode}
-                    rows = _rows(run_dir, watched)
+                    rows = netns.metrics_rows(run_dir, watched)
                     return next((r for r in rows if float(r["time"]) > healed), None)
 
                 row = _poll(back, 300, f"{watched} stepping and inserting again")
@@ -247,14 +235,14 @@ def on_cluster(args, out_dir: str) -> dict:
                     at_heal = max(
                         (
                             r.get(key, 0)
-                            for r in _rows(run_dir, "learner")
+                            for r in netns.metrics_rows(run_dir, "learner")
                             if float(r["time"]) <= healed
                         ),
                         default=0,
                     )
 
                     def sampled(key=key, at_heal=at_heal, healed=healed):
-                        rows = _rows(run_dir, "learner")
+                        rows = netns.metrics_rows(run_dir, "learner")
                         return next(
                             (
                                 r
@@ -282,7 +270,7 @@ def on_cluster(args, out_dir: str) -> dict:
         result["failure"] = summary.get("failure")
         if args.shards > 1:
             result["replay_shards"] = summary.get("replay_shards")
-            last = (_rows(run_dir, "learner") or [{}])[-1]
+            last = (netns.metrics_rows(run_dir, "learner") or [{}])[-1]
             result["learner_shards"] = {
                 k: v for k, v in last.items() if "_shard_" in k or k.endswith("_unacked")
             }

@@ -24,6 +24,7 @@ A user can try the same from a shell: scripts/netns-cluster.sh up|status|down.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
@@ -438,3 +439,34 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+@contextlib.contextmanager
+def ray_cluster(hosts: int = 3, cpus: int = 2) -> Iterator[NetnsCluster]:
+    """`hosts` namespaces with a Ray head in h1 and a worker in each other host,
+    `cpus` each; torn down when the block ends, however it ends."""
+    cluster = NetnsCluster(hosts)
+    try:
+        cluster.up()
+        cluster.start_ray(head_cpus=cpus, worker_cpus=cpus)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def node_beat(run_dir: str, node: str) -> dict:
+    """`node`'s last heartbeat in RUN_DIR ({} before its first)."""
+    from apex import heartbeat as hb  # not on import: the script side stays light
+
+    return hb.read_heartbeats(run_dir).get(node, {})
+
+
+def metrics_rows(run_dir: str, node: str) -> list[dict]:
+    """`node`'s metrics rows in RUN_DIR in time order ([] before the first)."""
+    from apex import read_jsonl
+
+    try:
+        rows = read_jsonl(os.path.join(run_dir, "metrics", f"{node}.jsonl"))
+    except OSError:
+        return []
+    return sorted(rows, key=lambda r: r["time"])

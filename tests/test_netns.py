@@ -201,29 +201,8 @@ def hosts():
     why = netns.unavailable()
     if why:
         pytest.skip(why)
-    cluster = netns.NetnsCluster(3)
-    try:
-        cluster.up()
-        cluster.start_ray(head_cpus=2, worker_cpus=2)
+    with netns.ray_cluster(3, cpus=2) as cluster:
         yield cluster
-    finally:
-        cluster.down()
-
-
-def _beat(run_dir: str, node: str) -> dict:
-    try:
-        with open(os.path.join(run_dir, "heartbeats", f"{node}.json")) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _rows(run_dir: str, node: str) -> list[dict]:
-    try:
-        with open(os.path.join(run_dir, "metrics", f"{node}.jsonl")) as f:
-            return sorted((json.loads(x) for x in f if x.strip()), key=lambda r: r["time"])
-    except (OSError, json.JSONDecodeError):
-        return []
 
 
 def _node_processes(cluster) -> list[str]:
@@ -362,7 +341,9 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
         victim = hosts.ips.index(nodes["actor_0"]["ip"])
 
         def inserted() -> int:
-            return int((_beat(run_dir, "actor_0").get("counters") or {}).get("items_inserted", 0))
+            return int(
+                (netns.node_beat(run_dir, "actor_0").get("counters") or {}).get("items_inserted", 0)
+            )
 
         wait_until(lambda: inserted() > 0, STARTUP_TIMEOUT, "actor_0's first inserts")
         hosts.cut(victim)
@@ -381,7 +362,7 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
         # more items than it: the actor inserts again (beats made during the
         # cut arrive late; they count items queued before its write waited).
         after = wait_until(
-            lambda: _beat(run_dir, "actor_0").get("time", 0) > healed and inserted(),
+            lambda: netns.node_beat(run_dir, "actor_0").get("time", 0) > healed and inserted(),
             120,
             "a beat of actor_0 made after the link returned",
         )
@@ -463,7 +444,7 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     shards = summary["replay_shards"]
     for name in ("replay_0", "replay_1"):
         assert shards[name]["inserts"] > 0 and shards[name]["samples"] > 0, shards
-    rows = _rows(run_dir, "learner")
+    rows = netns.metrics_rows(run_dir, "learner")
     last = rows[-1] if rows else {}
     for s in (0, 1):
         assert last.get(f"learner/batches_shard_{s}", 0) > 0, last

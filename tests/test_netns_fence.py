@@ -34,21 +34,8 @@ def hosts():
     why = netns.unavailable()
     if why:
         pytest.skip(why)
-    cluster = netns.NetnsCluster(3)
-    try:
-        cluster.up()
-        cluster.start_ray(head_cpus=2, worker_cpus=2)
+    with netns.ray_cluster(3, cpus=2) as cluster:
         yield cluster
-    finally:
-        cluster.down()
-
-
-def _beat(run_dir: str, node: str) -> dict:
-    try:
-        with open(os.path.join(run_dir, "heartbeats", f"{node}.json")) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _placement(run_dir: str) -> dict:
@@ -151,7 +138,8 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
         survivor = hosts.ips.index(nodes["actor_1"]["ip"])
         old = wait_until(
             lambda: (
-                (b := _beat(run_dir, "actor_0")).get("counters", {}).get("items_inserted") and b
+                (b := netns.node_beat(run_dir, "actor_0")).get("counters", {}).get("items_inserted")
+                and b
             ),
             STARTUP_TIMEOUT,
             "actor_0's first inserts",
@@ -160,7 +148,7 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
         cut_at = time.time()
 
         def replacement() -> dict:
-            b = _beat(run_dir, "actor_0")
+            b = netns.node_beat(run_dir, "actor_0")
             moved = _placement(run_dir).get("actor_0", {}).get("ip") == hosts.ips[survivor]
             new = b.get("incarnation") not in (None, old["incarnation"])
             return b if moved and new and b.get("counters", {}).get("items_inserted") else {}
@@ -169,7 +157,7 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
         # The new copy's count carries on from the old one's (coordinator's counts).
         wait_until(
             lambda: (
-                _beat(run_dir, "actor_0").get("counters", {}).get("items_inserted", 0)
+                netns.node_beat(run_dir, "actor_0").get("counters", {}).get("items_inserted", 0)
                 > first["counters"]["items_inserted"]
             ),
             120,
@@ -185,11 +173,11 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
         healed = time.time()
         # After the heal only the new copy beats (the old one's beats would be refused).
         wait_until(
-            lambda: _beat(run_dir, "actor_0").get("time", 0) > healed + 3,
+            lambda: netns.node_beat(run_dir, "actor_0").get("time", 0) > healed + 3,
             120,
             "actor_0's beats after the heal",
         )
-        assert _beat(run_dir, "actor_0")["incarnation"] == first["incarnation"]
+        assert netns.node_beat(run_dir, "actor_0")["incarnation"] == first["incarnation"]
         assert first["time"] > cut_at + LEASE  # started only past the old copy's lease
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=STOP_TIMEOUT)
