@@ -183,3 +183,18 @@ def test_a_process_started_again_counts_on_from_its_predecessors_restarts(small_
             raise ConnectionError("the coordinator is gone")
 
     assert restarts_at_start(again, Gone(), 0) == 1
+
+
+def test_a_process_started_again_carries_on_from_its_last_beat_when_that_is_further(
+    small_config,
+):
+    """CI found a restarted actor's env steps going back (1,872 in its last beat,
+    1,712 in its last report): it now carries on from the larger."""
+    c = Coordinator(small_config, "", start_time=time.time(), restart_grace=30.0)
+    c.report_actor(0, 1712, 30, [])
+    beat = _beat("actor_0", os.getpid())
+    beat["counters"] = {"env_steps": 1872}
+    c.heartbeat(beat)
+    assert c.actor_counts(0) == (1872, 30)
+    c.report_actor(0, 2000, 31, [])
+    assert c.actor_counts(0) == (2000, 31)  # a report further on wins

@@ -168,8 +168,14 @@ class Coordinator:
 
     def actor_counts(self, actor_id: int) -> tuple[int, int]:
         """(env steps, episodes) actor `actor_id` reported last (RPC): a restarted
-        actor carries on from them, so the run's counts never go back."""
-        return self.counters.actor_counts(actor_id)
+        actor carries on from them, so the run's counts never go back. Its env
+        steps are its last beat's when that is further on: beats come every
+        second, reports less often, and a process killed between a beat and the
+        next report would otherwise start again below what it had shown."""
+        steps, episodes = self.counters.actor_counts(actor_id)
+        beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
+        shown = int((beat.get("counters") or {}).get("env_steps", 0) or 0)
+        return max(steps, shown), episodes
 
     def actor_restart_count(self, actor_id: int) -> int:
         """The restarts actor `actor_id`'s last beat counted (RPC; 0 if none): a
