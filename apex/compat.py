@@ -420,6 +420,20 @@ def node_entry(node: Any) -> tuple[bytes, list[str]]:
     return cloudpickle.dumps([function]), [entry, "--lp_task_id=0", "--data_file"]
 
 
+def courier_address(client: Any) -> str | None:
+    """The 'host:port' a courier client (a dereferenced Launchpad handle) dials,
+    which courier.Client keeps private; None for any other object (an in-process
+    source, a test's fake)."""
+    try:
+        from courier.python.client import Client
+    except ImportError:
+        return None
+    if not isinstance(client, Client):
+        return None
+    address = getattr(client, "_address", None)
+    return address if isinstance(address, str) and ":" in address else None
+
+
 def courier_server(instance: Any, port: int, thread_pool_size: int = 16) -> Any:
     """A started Courier server exposing `instance`'s public methods (what a
     CourierNode serves), through Launchpad's courier_utils; `thread_pool_size`

@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from apex import compat
+from apex.ports import wait_until_listening
+
 
 class StopRequested(Exception):
     """The program was asked to stop while a node was still starting."""
@@ -42,6 +45,9 @@ class VariableClient:
         self.num_updates = 0
         self.changed = True
         deadline = time.time() + timeout
+        address = compat.courier_address(source)
+        if address is not None:  # the first call only once the source listens (apex.ports)
+            wait_until_listening(address, deadline, should_stop)
         while True:
             try:
                 self._apply(source.get_variables())

@@ -82,3 +82,12 @@ def test_a_node_process_is_known_by_its_entry_under_both_launchers(monkeypatch):
     ]:
         monkeypatch.setattr(sys, "argv", [argv0, "--data_file", "x"])
         assert compat.in_launchpad_node_process() is expected, argv0
+
+
+def test_a_courier_clients_address_is_read_and_anything_else_has_none():
+    import courier
+
+    from apex import compat
+
+    assert compat.courier_address(courier.Client("localhost:4321")) == "localhost:4321"
+    assert compat.courier_address(object()) is None

@@ -234,3 +234,100 @@ def test_the_first_steps_do_not_wait_for_the_trace_of_several(reverb_server, sma
     assert all(k == 4 for k in calls[first:])  # never back to one step per call
     assert learner.steps == sum(calls)
     assert len(learner.last_update[0]) == 4 * 32
+
+
+def _poll(predicate, what: str, timeout: float = 120.0) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"hang guard: {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(180)
+def test_the_first_step_runs_a_function_traced_before_any_batch_and_the_k_step_trace_waits_for_it(
+    reverb_server, small_config
+):
+    """prepare_in_background: the one-step function (the iterator an argument)
+    is traced before a batch is drawn, the first steps run it without a new
+    trace, and the 4-step function is traced only once the first step is done
+    (start-up, issue 27); the steps train as those of an SGDStep never prepared."""
+    import threading
+
+    import tensorflow as tf
+
+    from apex.agents import get_builder
+    from apex.learner.sgd import SGDStep
+    from apex.replay.dataset import make_dataset
+
+    address = f"localhost:{reverb_server.port}"
+    fill(address, small_config, 200)
+    spec, builder = env_spec(small_config.env), get_builder(small_config)
+    ds = make_dataset(
+        address,
+        builder.item_signature(small_config, spec),
+        small_config.learner.batch_size,
+        table=builder.table,
+        transform=builder.input_transform(small_config, spec),
+    )
+    const = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
+    prepared, plain = (SGDStep(small_config, builder, spec) for _ in range(2))
+    first = threading.Event()
+    ready = prepared.prepare_in_background(const.element_spec, 4, first)
+    _poll(lambda: prepared._one_ready.is_set(), "the one-step trace")
+    assert prepared._one_fn.experimental_get_tracing_count() == 1
+    assert not ready.is_set() and prepared._k_fn.experimental_get_tracing_count() == 0
+    it, it_plain = iter(const), iter(const)
+    for _ in range(3):
+        a = prepared.on_iterator(it, 1, 0)["priorities"].numpy()
+        b = plain.on_iterator(it_plain, 1, 0)["priorities"].numpy()
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert prepared._one_fn.experimental_get_tracing_count() == 1  # no trace on the way
+    assert prepared._captured is None  # steps_per_call 4: the captured form is never traced
+    assert not ready.is_set() and prepared._k_fn.experimental_get_tracing_count() == 0
+    first.set()
+    assert ready.wait(120), "hang guard: the 4-step trace"
+    assert prepared._k_fn.experimental_get_tracing_count() == 1
+    prepared.on_iterator(it, 4, 3)
+    assert prepared._k_fn.experimental_get_tracing_count() == 1  # the call used that trace
+    for x, y in zip(prepared.online.weights[:1], plain.online.weights[:1]):
+        assert not np.allclose(x.numpy(), y.numpy())  # 4 more steps: it trained on
+
+
+@pytest.mark.timeout(180)
+def test_one_step_per_call_moves_to_the_captured_iterator_once_it_is_traced(
+    reverb_server, small_config
+):
+    """steps_per_call 1: the first steps run the prepared argument form, and a
+    function capturing the iterator is traced beside it and then runs."""
+    import tensorflow as tf
+
+    from apex.agents import get_builder
+    from apex.learner.sgd import SGDStep
+
+    address = f"localhost:{reverb_server.port}"
+    fill(address, small_config, 100)
+    spec, builder = env_spec(small_config.env), get_builder(small_config)
+    sgd = SGDStep(small_config, builder, spec)
+    from apex.replay.dataset import make_dataset
+
+    ds = make_dataset(
+        address,
+        builder.item_signature(small_config, spec),
+        small_config.learner.batch_size,
+        table=builder.table,
+        transform=builder.input_transform(small_config, spec),
+    )
+    const = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
+    ready = sgd.prepare_in_background(const.element_spec, 1)
+    assert ready.wait(120), "hang guard: the one-step trace"
+    it = iter(const)
+    sgd.on_iterator(it, 1, 0)  # starts the captured trace
+    _poll(lambda: sgd._captured is not None, "the captured trace")
+    assert sgd._captured[0] is it
+    before = int(sgd.optimizer.iterations.numpy())
+    out = sgd.on_iterator(it, 1, 1)
+    assert out["keys"].shape[0] == small_config.learner.batch_size
+    assert int(sgd.optimizer.iterations.numpy()) == before + 1
+    assert sgd._one_fn.experimental_get_tracing_count() == 1

@@ -68,7 +68,8 @@ class AgentBuilder(abc.ABC):
 
     def input_transform(self, config: ApexConfig, spec: EnvSpec) -> Callable[[dict], dict] | None:
         """Maps a sampled batch (tf) of `config`'s items on envs of `spec` to
-        the named fields the loss reads (None: as stored)."""
+        the named fields the loss reads (None: as stored). It is traced without
+        AutoGraph (apex.replay.dataset): branch on Python values only."""
         return None
 
     def make_tables(self, config: ApexConfig, spec: EnvSpec) -> list[reverb.Table]:

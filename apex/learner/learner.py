@@ -94,6 +94,7 @@ class Learner(acme_core.Saveable):
         # one step per call until then. Set here for callers of step() alone.
         self._k_ready = threading.Event()
         self._k_ready.set()
+        self._first_step_done = threading.Event()  # then the k-step function is traced
         self._priorities = PriorityFeedback(
             self.replay_clients,
             -(-int(config.learner.priority_update_period) // self._steps_per_call),
@@ -154,6 +155,7 @@ class Learner(acme_core.Saveable):
         self.steps += k
         if self.first_step_time is None:
             self.first_step_time = time.time()
+            self._first_step_done.set()
         if k == 1 and self.steps % self._config.learner.target_update_period == 0:
             self._sgd.update_target()
         if self._weights_wanted:
@@ -235,7 +237,7 @@ class Learner(acme_core.Saveable):
             self._heartbeat.enter(hb.TRAINING)
         if self._sampler is None:  # traced while the actors fill the table and it trains
             self._k_ready = self._sgd.prepare_in_background(
-                self._batches.element_spec, self._steps_per_call
+                self._batches.element_spec, self._steps_per_call, self._first_step_done
             )
         self._batches.wait_for_min_size(should_stop)
         try:

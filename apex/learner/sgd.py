@@ -77,9 +77,19 @@ class SGDStep:
         # iterator's next() cannot be compiled: it stays in the outer function).
         jit = bool(lc.jit_compile)
         self._math = _function(self._train, jit_compile=True) if jit else self._train
-        self._iterator_fns: dict[int, Any] = {}  # _train_next traced for self._iterator, per k
+        # k = 1: _train_next traced with self._iterator captured (`_captured`:
+        # (iterator, function), set once traced) ...
         self._iterator: Any = None
-        # k > 1: _train_next traced once per k with the iterator as an argument
+        self._captured: tuple[Any, Any] | None = None
+        # ... or with the iterator as an argument (`_k_fn`, k = 1), traced before
+        # the first batch by prepare_in_background: what the first steps run.
+        self._one_ready: threading.Event | None = None
+        self._one_traced = False
+        self._capture = True  # steps_per_call 1: the captured form is traced too
+        # _train_next with the iterator as an argument, traced once per k: k = 1
+        # (the first steps) in a tf.function of its own, so that its calls do not
+        # wait on the lock TF holds while it traces the k-step one on a thread.
+        self._one_fn = _function(self._train_next)
         self._k_fn = _function(self._train_next)
         self._batch_fn: Any = None
         if batch_spec is not None:
@@ -151,52 +161,93 @@ class SGDStep:
         before (k > 1 copies the target network inside the call; with k = 1
         the caller does, update_target).
 
-        k = 1: the traced function captures the iterator: passing the iterator
-        as an argument makes TF match its nested element spec against the trace
-        on every call, which cost 17-20% of a step here (bench, batch 64). A new
-        iterator (after the rate limiter held sampling past its timeout) costs
-        one new trace, about 0.3 s. k > 1: the iterator is an argument (that
-        match is paid once per k steps), so the function is traced once for
-        every iterator of the dataset, and can be traced before the first batch
-        exists (`prepare`): the k inlined steps take 1-1.5 s to trace here.
+        The function takes the iterator as an argument (`_k_fn`, `_one_fn`): traced once per
+        k for every iterator of the dataset, and before the first batch exists
+        (`prepare_in_background`; the k inlined steps take 1-1.5 s to trace here,
+        one step ~0.3 s). With k = 1 that costs TF a match of the iterator's
+        nested element spec against the trace on every call, 17-20% of a step
+        here (bench, batch 64): with learner.steps_per_call = 1 a function that
+        captures the iterator is traced beside it, on a thread, for each new
+        iterator (one after the rate limiter held sampling past its timeout), and
+        runs once traced.
         """
+        # From a NumPy scalar, not a Python int: TF caches the tensor of every
+        # Python number it converts, forever (its scalar cache), so a new step
+        # count per call grew the learner's heap by ~450 B a call (~1.1 MB per
+        # 10k steps at k=4; issue 29's soak).
         if k > 1:
-            # From a NumPy scalar, not a Python int: TF caches the tensor of every
-            # Python number it converts, forever (its scalar cache), so a new
-            # step count per call grew the learner's heap by ~450 B a call
-            # (~1.1 MB per 10k steps at k=4; issue 29's soak).
             return self._k_fn(iterator, k, tf.constant(np.int64(steps)))
         if self._iterator is not iterator:
-            self._iterator_fns = {}
             self._iterator = iterator
-        fn = self._iterator_fns.get(k)
-        if fn is None:
-            fn = _function(functools.partial(self._train_next, iterator, k))
-            self._iterator_fns[k] = fn
-        return fn(tf.constant(steps, tf.int64)) if k > 1 else fn()
+            self._captured = None
+            if self._capture and self._one_ready is not None:
+                self._trace_captured(iterator)
+        captured = self._captured
+        if captured is not None and captured[0] is iterator:
+            return captured[1]()
+        if self._one_ready is not None:
+            self._one_ready.wait()  # traced while the table filled: a wait only at the start
+            if self._one_traced:
+                return self._one_fn(iterator, 1, tf.constant(np.int64(steps)))
+        # Not prepared (a caller of on_iterator alone), or that trace failed: the
+        # captured form, traced here (a failure raises here).
+        fn = _function(functools.partial(self._train_next, iterator, 1))
+        self._captured = (iterator, fn)
+        return fn()
+
+    def _trace_captured(self, iterator: Any) -> None:
+        """Traces the function that captures `iterator` on a daemon thread; it
+        replaces the argument form in on_iterator once traced."""
+
+        def trace() -> None:
+            fn = _function(functools.partial(self._train_next, iterator, 1))
+            try:
+                fn.get_concrete_function()
+            except Exception:  # noqa: BLE001 - the argument form goes on
+                return
+            if self._iterator is iterator:
+                self._captured = (iterator, fn)
+
+        threading.Thread(target=trace, name="learner-trace-captured", daemon=True).start()
 
     def prepare(self, element_spec: Any, k: int) -> None:
-        """Traces the k-step function (k > 1) for iterators of batches of
-        `element_spec` before any batch exists (start-up, issue 27)."""
-        if k > 1:
-            self._k_fn.get_concrete_function(
-                tf.data.IteratorSpec(element_spec), k, tf.TensorSpec([], tf.int64)
-            )
+        """Traces the k-step function (iterator as an argument) for iterators of
+        batches of `element_spec`, before any batch exists (start-up, issue 27)."""
+        fn = self._one_fn if k == 1 else self._k_fn
+        fn.get_concrete_function(tf.data.IteratorSpec(element_spec), k, tf.TensorSpec([], tf.int64))
 
-    def prepare_in_background(self, element_spec: Any, k: int) -> threading.Event:
-        """`prepare` on a daemon thread; the event is set when the k-step function
-        is traced (or its trace failed: the first k-step call then traces again
-        and raises). Until then the learner trains one step per call: one step
-        traces in ~1/3 of the time of k inlined steps, so the first SGD step
-        does not wait for the longer trace (start-up, issue 27)."""
+    def prepare_in_background(
+        self, element_spec: Any, k: int, after_first_step: threading.Event | None = None
+    ) -> threading.Event:
+        """Traces on a daemon thread, in this order: the one-step function the
+        first steps run (on_iterator with k = 1, the iterator as an argument),
+        then, with k > 1 and once `after_first_step` is set (if given), the k-step
+        function. Returns the event set when the k-step function is traced (or
+        its trace failed: the first k-step call then traces again and raises);
+        until then the learner trains one step per call.
+
+        So the first SGD step waits only for the one-step trace, made while the
+        actors fill the table, and the k-step trace (~3x its CPU) takes no CPU
+        from the path to the first step (start-up, issue 27).
+        """
         ready = threading.Event()
-        if k <= 1:
-            ready.set()
-            return ready
+        one = threading.Event()
+        self._one_ready = one
+        self._capture = k <= 1
 
         def trace() -> None:
             try:
-                self.prepare(element_spec, k)
+                self.prepare(element_spec, 1)
+                self._one_traced = True
+            except Exception:  # noqa: BLE001 - on_iterator traces the captured form and raises
+                pass
+            finally:
+                one.set()
+            try:
+                if k > 1:
+                    if after_first_step is not None:
+                        after_first_step.wait()
+                    self.prepare(element_spec, k)
             except Exception:  # noqa: BLE001 - the foreground call traces again and raises
                 pass
             finally:
