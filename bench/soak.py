@@ -25,8 +25,11 @@ launch) and to the next SGD step (the learner's beat counting on, or the
 resumed launch's 'learner: first SGD step' line), timed by this process's clock.
 Checks after each event: env steps, episodes and learner steps never go back
 (across a resume: not below the newest complete checkpoint before the fault,
-the loss stated in env and learner steps); every complete checkpoint loads; no
-process of a stopped launch is left. At the end: the final checkpoint's replay
+the loss stated in env and learner steps); after a resume, each replay shard's
+rate-limiter inserts and samples carry on from the checkpoint it resumed from
+(the coordinator's first row: a server started empty would count from 0; the
+items' priorities are checked exactly by tests/test_checkpoint.py's resume);
+every complete checkpoint loads; no process of a stopped launch is left. At the end: the final checkpoint's replay
 items decode and (apex agent) hold right n-step values; RSS, open files and
 threads of every node process sampled every `--sample_seconds`, with growth
 after `--warmup_minutes` as MB (or count) per hour per node; the evaluation
@@ -204,6 +207,52 @@ def latest_step(run_dir: str) -> tuple[int, dict]:
         return 0, {}
     ckpt = checkpointing.load(path)
     return ckpt.step, ckpt.state
+
+
+def replay_counts(ckpt_path: str) -> list[tuple[int, int]]:
+    """(inserts, samples) of each shard's rate limiter in a run checkpoint
+    (shard order; one pair with one server)."""
+    from tools.replay_inspect import checkpoint_reader as cr
+
+    out = []
+    for shard_path in checkpointing.load(ckpt_path).shard_paths:
+        tables = cr.read_tables(shard_path).values()
+        out.append(
+            (
+                sum(t.rate_limiter.inserts for t in tables),
+                sum(t.rate_limiter.samples for t in tables),
+            )
+        )
+    return out
+
+
+def replay_restored(run_dir: str, saved: list[tuple[int, int]], after: float) -> list[str]:
+    """What did not carry on from the checkpoint a launch resumed from: each
+    shard's rate-limiter inserts and samples, at the coordinator's first metrics
+    row after `after` in which that shard answered, must be at least the
+    checkpoint's (a server started empty counts from 0). Waits at most 60 s."""
+    keys = (
+        [("replay/inserts", "replay/samples")]
+        if len(saved) == 1
+        else [(f"replay/shard_{s}/inserts", f"replay/shard_{s}/samples") for s in range(len(saved))]
+    )
+
+    def first_rows() -> list[dict] | None:
+        rows = rows_after(run_dir, "coordinator", after)
+        firsts = [next((r for r in rows if r.get(k[0]) is not None), None) for k in keys]
+        return firsts if all(r is not None for r in firsts) else None
+
+    firsts = poll(first_rows, 60.0, 0.5)
+    if firsts is None:
+        return ["no replay figures from every shard within 60 s of the resume"]
+    back = []
+    for s, ((ins_key, smp_key), row, (ins, smp)) in enumerate(zip(keys, firsts, saved)):
+        if int(row[ins_key]) < ins or int(row[smp_key] or 0) < smp:
+            back.append(
+                f"replay shard {s}: rate limiter at {row[ins_key]:,} inserts, "
+                f"{row[smp_key]:,} samples after the resume; the checkpoint had {ins:,}, {smp:,}"
+            )
+    return back
 
 
 # ------------------------------------------------------------------ resources
@@ -488,6 +537,8 @@ class Soak:
         if errors:
             self.problems += errors
         resume_step, resume_state = latest_step(self.run_dir)
+        resume_path = checkpointing.latest_complete(self.run_dir)
+        saved_replay = replay_counts(resume_path) if resume_path else []
         launch = self.new_launch()
         event["did"] = f"stop (exit {event['exit_code']}), resume from step {resume_step:,}"
         ins, sgd = self.wait_learning(launch, launch.started)
@@ -504,6 +555,11 @@ class Soak:
         now = poll(lambda: counters(self.run_dir)["learner_steps"] > resume_step, 60.0)
         if not now:
             event["counters_back"].append("learner steps did not count on from the checkpoint")
+        if (
+            saved_replay
+        ):  # the replay's rate limiter carried on from the checkpoint (its items: finish)
+            event["replay_counts_at_resume"] = saved_replay
+            event["counters_back"] += replay_restored(self.run_dir, saved_replay, launch.started)
 
     def num_actors(self) -> int:
         return sum(1 for n in beats(self.run_dir) if n.startswith("actor_"))

@@ -1,5 +1,7 @@
 """The learner against a real in-process Reverb server filled with real CartPole transitions."""
 
+import threading
+
 import numpy as np
 import pytest
 import reverb
@@ -331,3 +333,23 @@ def test_one_step_per_call_moves_to_the_captured_iterator_once_it_is_traced(
     assert out["keys"].shape[0] == small_config.learner.batch_size
     assert int(sgd.optimizer.iterations.numpy()) == before + 1
     assert sgd._one_fn.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.timeout(180)
+def test_a_stop_before_the_first_step_ends_the_trace_thread_without_the_k_step_trace(
+    reverb_server, small_config
+):
+    """join_traces (the learner's stop): the thread waiting for the first step to
+    trace the 4-step function ends without tracing it, so no thread is left
+    inside TensorFlow's tracing when the node process ends."""
+    from apex.agents import get_builder
+    from apex.learner.sgd import SGDStep
+
+    spec, builder = env_spec(small_config.env), get_builder(small_config)
+    learner = Learner(small_config, spec, f"localhost:{reverb_server.port}")
+    sgd = SGDStep(small_config, builder, spec)
+    ready = sgd.prepare_in_background(learner._batches.element_spec, 4, threading.Event())
+    assert sgd.join_traces(timeout=120.0), "hang guard: a trace thread is still alive"
+    assert ready.is_set() and sgd._one_traced
+    assert sgd._k_fn.experimental_get_tracing_count() == 0
+    learner.close()

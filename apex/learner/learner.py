@@ -217,6 +217,7 @@ class Learner(acme_core.Saveable):
         while worker.is_alive() and not should_stop():
             worker.join(0.2)
         worker.join(timeout=2.0)
+        self._sgd.join_traces(timeout=10.0)
         if self._error is not None:
             raise self._error
         self.report(time.time(), None)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -86,6 +88,8 @@ class SGDStep:
         self._one_ready: threading.Event | None = None
         self._one_traced = False
         self._capture = True  # steps_per_call 1: the captured form is traced too
+        self._tracers: list[threading.Thread] = []  # the threads tracing (join_traces)
+        self._stopping = threading.Event()
         # _train_next with the iterator as an argument, traced once per k: k = 1
         # (the first steps) in a tf.function of its own, so that its calls do not
         # wait on the lock TF holds while it traces the k-step one on a thread.
@@ -208,7 +212,7 @@ class SGDStep:
             if self._iterator is iterator:
                 self._captured = (iterator, fn)
 
-        threading.Thread(target=trace, name="learner-trace-captured", daemon=True).start()
+        self._start_tracer(trace, "learner-trace-captured")
 
     def prepare(self, element_spec: Any, k: int) -> None:
         """Traces the k-step function (iterator as an argument) for iterators of
@@ -245,16 +249,35 @@ class SGDStep:
                 one.set()
             try:
                 if k > 1:
-                    if after_first_step is not None:
-                        after_first_step.wait()
-                    self.prepare(element_spec, k)
+                    while after_first_step is not None and not after_first_step.wait(0.2):
+                        if self._stopping.is_set():
+                            return  # stopped before the first step: no trace to make
+                    if not self._stopping.is_set():
+                        self.prepare(element_spec, k)
             except Exception:  # noqa: BLE001 - the foreground call traces again and raises
                 pass
             finally:
                 ready.set()
 
-        threading.Thread(target=trace, name="learner-trace", daemon=True).start()
+        self._start_tracer(trace, "learner-trace")
         return ready
+
+    def _start_tracer(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._tracers = [t for t in self._tracers if t.is_alive()] + [thread]
+        thread.start()
+
+    def join_traces(self, timeout: float) -> bool:
+        """At a stop: starts no new trace and waits (at most `timeout` s) for the
+        one in progress; True if none is left. A node process then never ends
+        while a thread is inside TensorFlow's tracing (a learner stopped right
+        after its first step, mid-way through the k-step trace, once stayed past
+        the stop window after its final checkpoint)."""
+        self._stopping.set()
+        deadline = time.monotonic() + timeout
+        for thread in list(self._tracers):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._tracers)
 
     def on_batch(self, sample: Any, q: float, total_size: int) -> dict[str, tf.Tensor]:
         """One step on a sharded sampler's batch (S > 1; needs `batch_spec`)."""
