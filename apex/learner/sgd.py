@@ -83,7 +83,7 @@ class SGDStep:
         # (iterator, function), set once traced) ...
         self._iterator: Any = None
         self._captured: tuple[Any, Any] | None = None
-        # ... or with the iterator as an argument (`_k_fn`, k = 1), traced before
+        # ... or with the iterator as an argument (`_one_fn`), traced before
         # the first batch by prepare_in_background: what the first steps run.
         self._one_ready: threading.Event | None = None
         self._one_traced = False
@@ -202,6 +202,9 @@ class SGDStep:
     def _trace_captured(self, iterator: Any) -> None:
         """Traces the function that captures `iterator` on a daemon thread; it
         replaces the argument form in on_iterator once traced."""
+
+        if self._stopping.is_set():
+            return  # stopping (join_traces): the argument form goes on
 
         def trace() -> None:
             fn = _function(functools.partial(self._train_next, iterator, 1))
