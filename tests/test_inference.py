@@ -216,6 +216,34 @@ def test_no_caller_hangs_on_a_server_that_fails_or_stops():
     assert len(results) + len(errors) == 3 and results  # the one in flight finished
 
 
+def test_a_caller_that_saw_the_server_running_just_before_its_close_is_refused_not_left_waiting():
+    """The race the loaded suite hit: a caller checks the server (running), the
+    server closes and its thread drains the queue, then the caller queues its
+    request. It must get ServerStopped at once, not wait out its timeout."""
+
+    class SeenRunningOnce:  # the caller's check ran just before the close
+        def __init__(self, event):
+            self.event, self.first = event, True
+
+        def is_set(self):
+            if self.first:
+                self.first = False
+                return False
+            return self.event.is_set()
+
+        def set(self):
+            self.event.set()
+
+    server = BatchingServer(RecordingPolicy(), max_batch=8, max_wait_seconds=0.0)
+    server.set_weights(1, [np.eye(2, dtype=np.float32)])
+    server.close()
+    server._thread.join(HANG_GUARD)
+    assert not server._thread.is_alive()  # the batching thread drained the queue and ended
+    server._stopped = SeenRunningOnce(server._stopped)
+    with pytest.raises(ServerStopped):
+        server.infer(np.ones((1, 2), np.float32), timeout=HANG_GUARD)
+
+
 def test_bucket_sizes_are_powers_of_two_up_to_the_largest_batch():
     assert [bucket_size(n, 256) for n in (1, 3, 16, 17, 200, 256)] == [1, 4, 16, 32, 256, 256]
     assert bucket_size(48, 48) == 48 and bucket_size(40, 48) == 48

@@ -111,6 +111,13 @@ class BatchingServer:
         self.version = -1
         self.info: dict[str, float] = {}
         self._stopped = threading.Event()
+        # Admission: a request enters the queue only before the batching thread
+        # drained it at its end (_fail_waiting); one that comes later gets
+        # ServerStopped at once. Without it a caller that saw the server running
+        # just before close() could queue its request after the drain and wait
+        # out its whole timeout (seen once with the machine under load).
+        self._admit = threading.Lock()
+        self._drained = False
         self.error: BaseException | None = None
         # Figures since the last stats() (and totals).
         self._batch_rows: list[int] = []
@@ -163,7 +170,10 @@ class BatchingServer:
                 f"expected, got {list(obs.shape)}"
             )
         request = _Request(obs, state, self._clock())
-        self._queue.put(request)
+        with self._admit:
+            if self._drained:
+                raise ServerStopped(self._stopped_reason())
+            self._queue.put(request)
         if not request.done.wait(timeout):
             raise TimeoutError(f"no answer from the inference server within {timeout} s")
         if request.error is not None:
@@ -279,13 +289,15 @@ class BatchingServer:
         """After the stop: every request still queued gets ServerStopped (no caller hangs)."""
         pending = [self._carry] if self._carry is not None else []
         self._carry = None
-        while True:
-            try:
-                request = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if request is not None:
-                pending.append(request)
+        with self._admit:  # from here on, infer() refuses instead of queueing
+            self._drained = True
+            while True:
+                try:
+                    request = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if request is not None:
+                    pending.append(request)
         for request in pending:
             request.error = ServerStopped(self._stopped_reason())
             request.done.set()
