@@ -11,6 +11,7 @@ from apex.envs import env_spec
 from apex.learner import Learner
 from apex.replay.writer import TransitionWriter
 from tests.fakes import FakeVariableSource
+from tests.procs import wait_until
 
 
 def fill(address, config, n):
@@ -142,6 +143,26 @@ def test_an_evaluation_gives_way_to_a_stop_within_an_episode(small_config):
     assert evaluator.evaluate_once()["evaluator/evaluations"] == 1
 
 
+def constant_batches(address, config, n):
+    """(spec, builder, a dataset repeating one sampled batch) after `n` items are
+    written: the same batch for every step, so two SGD steps can be compared."""
+    import tensorflow as tf
+
+    from apex.agents import get_builder
+    from apex.replay.dataset import make_dataset
+
+    fill(address, config, n)
+    spec, builder = env_spec(config.env), get_builder(config)
+    ds = make_dataset(
+        address,
+        builder.item_signature(config, spec),
+        config.learner.batch_size,
+        table=builder.table,
+        transform=builder.input_transform(config, spec),
+    )
+    return spec, builder, tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("jit", [False, True])
 def test_several_steps_per_call_train_as_the_same_steps_one_by_one(
@@ -152,23 +173,11 @@ def test_several_steps_per_call_train_as_the_same_steps_one_by_one(
     calls) and the priorities are those of 8 one-step calls."""
     import tensorflow as tf
 
-    from apex.agents import get_builder
     from apex.learner.sgd import SGDStep
-    from apex.replay.dataset import make_dataset
 
-    address = f"localhost:{reverb_server.port}"
-    fill(address, small_config, 200)
     small_config.learner.target_update_period = 3
     small_config.learner.jit_compile = jit
-    spec, builder = env_spec(small_config.env), get_builder(small_config)
-    ds = make_dataset(
-        address,
-        builder.item_signature(small_config, spec),
-        small_config.learner.batch_size,
-        table=builder.table,
-        transform=builder.input_transform(small_config, spec),
-    )
-    const = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
+    spec, builder, const = constant_batches(f"localhost:{reverb_server.port}", small_config, 200)
     one, four = (SGDStep(small_config, builder, spec) for _ in range(2))
     it, prios_one = iter(const), []
     for s in range(8):
@@ -238,15 +247,6 @@ def test_the_first_steps_do_not_wait_for_the_trace_of_several(reverb_server, sma
     assert len(learner.last_update[0]) == 4 * 32
 
 
-def _poll(predicate, what: str, timeout: float = 120.0) -> None:
-    import time
-
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"hang guard: {what}"
-        time.sleep(0.02)
-
-
 @pytest.mark.timeout(180)
 def test_the_first_step_runs_a_function_traced_before_any_batch_and_the_k_step_trace_waits_for_it(
     reverb_server, small_config
@@ -257,27 +257,13 @@ def test_the_first_step_runs_a_function_traced_before_any_batch_and_the_k_step_t
     (start-up, issue 27); the steps train as those of an SGDStep never prepared."""
     import threading
 
-    import tensorflow as tf
-
-    from apex.agents import get_builder
     from apex.learner.sgd import SGDStep
-    from apex.replay.dataset import make_dataset
 
-    address = f"localhost:{reverb_server.port}"
-    fill(address, small_config, 200)
-    spec, builder = env_spec(small_config.env), get_builder(small_config)
-    ds = make_dataset(
-        address,
-        builder.item_signature(small_config, spec),
-        small_config.learner.batch_size,
-        table=builder.table,
-        transform=builder.input_transform(small_config, spec),
-    )
-    const = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
+    spec, builder, const = constant_batches(f"localhost:{reverb_server.port}", small_config, 200)
     prepared, plain = (SGDStep(small_config, builder, spec) for _ in range(2))
     first = threading.Event()
     ready = prepared.prepare_in_background(const.element_spec, 4, first)
-    _poll(lambda: prepared._one_ready.is_set(), "the one-step trace")
+    wait_until(lambda: prepared._one_ready.is_set(), 120, "the one-step trace", 0.02)
     assert prepared._one_fn.experimental_get_tracing_count() == 1
     assert not ready.is_set() and prepared._k_fn.experimental_get_tracing_count() == 0
     it, it_plain = iter(const), iter(const)
@@ -303,30 +289,16 @@ def test_one_step_per_call_moves_to_the_captured_iterator_once_it_is_traced(
 ):
     """steps_per_call 1: the first steps run the prepared argument form, and a
     function capturing the iterator is traced beside it and then runs."""
-    import tensorflow as tf
 
-    from apex.agents import get_builder
     from apex.learner.sgd import SGDStep
 
-    address = f"localhost:{reverb_server.port}"
-    fill(address, small_config, 100)
-    spec, builder = env_spec(small_config.env), get_builder(small_config)
+    spec, builder, const = constant_batches(f"localhost:{reverb_server.port}", small_config, 100)
     sgd = SGDStep(small_config, builder, spec)
-    from apex.replay.dataset import make_dataset
-
-    ds = make_dataset(
-        address,
-        builder.item_signature(small_config, spec),
-        small_config.learner.batch_size,
-        table=builder.table,
-        transform=builder.input_transform(small_config, spec),
-    )
-    const = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
     ready = sgd.prepare_in_background(const.element_spec, 1)
     assert ready.wait(120), "hang guard: the one-step trace"
     it = iter(const)
     sgd.on_iterator(it, 1, 0)  # starts the captured trace
-    _poll(lambda: sgd._captured is not None, "the captured trace")
+    wait_until(lambda: sgd._captured is not None, 120, "the captured trace", 0.02)
     assert sgd._captured[0] is it
     before = int(sgd.optimizer.iterations.numpy())
     out = sgd.on_iterator(it, 1, 1)
