@@ -17,6 +17,8 @@ The faults (docs/reliability.md says what each does to a program):
                  worker): the actor starts again on any node that fits.
 Actor kills come every ~`--actor_kill_every` s (seeded jitter, 0.5x-1.5x); the
 learner kill, the SIGTERM and the shard kill at 35%, 60% and 80% of the run.
+`--no_program_stops` leaves those out: one launch lives the whole soak (actor
+kills only), so the learner's and replay's memory growth spans all of it.
 
 Each event is logged with its time, what the program did (restart, stop,
 resume) and the time to recover: to the actor's next insert (its first metrics
@@ -347,11 +349,13 @@ def schedule(args) -> list[tuple[float, str]]:
     """(seconds from the start, fault) in order, from --seed."""
     rng = random.Random(args.seed)
     total = args.minutes * 60.0
-    events = [(0.35 * total, "learner_kill"), (0.60 * total, "sigterm")]
-    if args.shards > 1:
-        events.append((0.80 * total, "shard_kill"))
-    if args.launcher == "ray":
-        events.append((0.45 * total, "host_kill"))
+    events: list[tuple[float, str]] = []
+    if not args.no_program_stops:
+        events += [(0.35 * total, "learner_kill"), (0.60 * total, "sigterm")]
+        if args.shards > 1:
+            events.append((0.80 * total, "shard_kill"))
+        if args.launcher == "ray":
+            events.append((0.45 * total, "host_kill"))
     t = args.first_fault_seconds
     while t < total - 30.0:
         events.append((t, "actor_kill"))
@@ -757,6 +761,12 @@ def main() -> int:
     ap.add_argument("--sample_seconds", type=float, default=60.0)
     ap.add_argument("--warmup_minutes", type=float, default=10.0)
     ap.add_argument("--run_dir", default="")
+    ap.add_argument(
+        "--no_program_stops",
+        action="store_true",
+        help="no learner kill, SIGTERM, shard or host kill: one launch lives the whole "
+        "soak (actor kills only), so every node's memory growth spans it",
+    )
     ap.add_argument(
         "--override",
         action="append",

@@ -454,6 +454,75 @@ def ray_cluster(hosts: int = 3, cpus: int = 2) -> Iterator[NetnsCluster]:
         cluster.down()
 
 
+class ClusterProgram:
+    """The README's cluster command (the default CartPole program) run on host 0
+    of `hosts` (the launcher) with --ray_address of the head; the learner on
+    `apex_learner`, actors on `apex_actor`; `overrides` go last. Its output is
+    collected in `lines` as it comes; `token` marks its processes (TOKEN_VAR)."""
+
+    def __init__(self, hosts: NetnsCluster, run_dir: str, token: str, *overrides: str):
+        import threading
+
+        from tests.procs import TOKEN_VAR
+
+        self.run_dir = run_dir
+        env = hosts.env()
+        env.update({TOKEN_VAR: token, "APEX_CHECK_NO_SHARED_FS": "1"})
+        self.proc = hosts.popen(
+            0,
+            [
+                sys.executable,
+                "-m",
+                "launch.train",
+                "--config=configs/apex_cartpole.py",
+                f"--config.run_dir={run_dir}",
+                "--launcher=ray",
+                f"--ray_address={hosts.address}",
+                "--config.cluster.learner_resource=apex_learner",
+                "--config.cluster.actor_resource=apex_actor",
+                "--config.checkpoint.period_seconds=None",
+                "--config.logging.tensorboard=False",
+                "--config.logging.progress_period_seconds=1",
+                *overrides,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(
+            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
+        )
+        self.reader.start()
+
+    def tail(self, text: str, n: int) -> list[str]:
+        """The last `n` output lines that hold `text` (for a failure's message)."""
+        return [line for line in list(self.lines) if text in line][-n:]
+
+    def placement(self) -> dict:
+        with open(os.path.join(self.run_dir, "placement.json")) as f:
+            return json.load(f)
+
+    def wait(self) -> str:
+        """Waits for the launcher's exit (STOP_TIMEOUT); its whole output."""
+        from tests.procs import STOP_TIMEOUT
+
+        self.proc.wait(timeout=STOP_TIMEOUT)
+        self.reader.join(timeout=10)
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def summary(self) -> dict:
+        with open(os.path.join(self.run_dir, "summary.json")) as f:
+            return json.load(f)
+
+
 def node_beat(run_dir: str, node: str) -> dict:
     """`node`'s last heartbeat in RUN_DIR ({} before its first)."""
     from apex import heartbeat as hb  # not on import: the script side stays light

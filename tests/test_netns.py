@@ -12,7 +12,6 @@ The cluster tests need root and `ip` (they skip naming why not) and carry the
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 
 from apex import ConfigError
 from tests import netns
-from tests.procs import ROOT, STARTUP_TIMEOUT, STOP_TIMEOUT, TOKEN_VAR, wait_for_state, wait_until
+from tests.procs import ROOT, STARTUP_TIMEOUT, STOP_TIMEOUT, wait_for_state, wait_until
 
 # ------------------------------------------------------------------ no cluster
 
@@ -163,6 +162,120 @@ def test_a_writer_cut_off_from_the_server_waits_and_says_so(reverb_server):
     assert w.unreachable_since is not None
 
 
+class _HeldTable:
+    """A replay server that answers and whose rate limiter holds inserts (other
+    writers keep it full); each answer counts `others` more inserts from them."""
+
+    server_address = "localhost:0"
+
+    def __init__(self, others: int, on_answer=None):
+        self.inserts, self.others, self.on_answer = 1000, others, on_answer
+        self.answers = 0
+
+    def server_info(self, timeout=None):
+        from types import SimpleNamespace as NS
+
+        self.answers += 1
+        self.inserts += self.others
+        if self.on_answer:
+            self.on_answer()
+        stats = NS(
+            insert_stats=NS(completed=self.inserts),
+            sample_stats=NS(completed=self.inserts),  # diff 0: one more insert is over max_diff
+            samples_per_insert=1.0,
+            min_size_to_sample=1,
+            min_diff=-1.0,
+            max_diff=0.5,
+        )
+        return {
+            "transitions": NS(
+                rate_limiter_info=stats,
+                current_size=100,
+                max_size=1000,
+                num_unique_samples=0,
+                signature=None,
+            )
+        }
+
+
+class _SlowStream:
+    """A working stream the rate limiter holds: one of its items is confirmed
+    each time the server answers a probe."""
+
+    def __init__(self, pending: int):
+        self.pending = pending
+
+    def Flush(self, pending, timeout_ms):  # noqa: N802 - Reverb's name
+        if self.pending > pending:
+            raise RuntimeError("Timeout exceeded before the items were confirmed")
+
+    def Close(self):  # noqa: N802 - Reverb's name
+        pass
+
+
+def _held_writer(reverb_server, monkeypatch, stream, table):
+    import reverb
+
+    from apex.replay import TransitionWriter
+    from apex.replay import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "STALL_PROBE_SECONDS", 0.01)
+    w = TransitionWriter(
+        reverb.Client(f"localhost:{reverb_server.port}"), "transitions", 0, np.zeros(4)
+    )
+    w.stall_seconds, w.fellow_writers = 0.05, 2
+    w._writer, w._client = stream, table
+    w._should_stop = lambda: table.answers > 300  # a writer that waits on: False, not a hang
+    return w
+
+
+def test_a_writer_whose_stream_errored_asks_for_a_new_one_though_the_limiter_holds(
+    reverb_server, monkeypatch
+):
+    # The partition broke the stream (it says so at once); the link is back but
+    # another actor keeps the table full: waiting would never end.
+    from apex.replay import ReplayStalled
+
+    class Errored(_BrokenStream):
+        def Flush(self, pending, timeout_ms):  # noqa: N802 - Reverb's name
+            raise RuntimeError("UNAVAILABLE: Socket closed")
+
+    w = _held_writer(reverb_server, monkeypatch, Errored(), _HeldTable(others=0))
+    with pytest.raises(ReplayStalled, match="last stream error RuntimeError: UNAVAILABLE"):
+        w._wait(0, None)
+
+
+def test_a_silent_stream_is_broken_once_other_writers_took_several_fair_shares(
+    reverb_server, monkeypatch
+):
+    # No error, the limiter holds, and the table takes other writers' items
+    # while none of this one's is confirmed: 4 x 48 x 2 writers = 384 of theirs.
+    from apex.replay import ReplayStalled
+
+    table = _HeldTable(others=50)
+    w = _held_writer(reverb_server, monkeypatch, _BrokenStream(), table)
+    with pytest.raises(ReplayStalled, match="took no item") as err:
+        w._wait(0, None)
+    assert err.value.pending == 48
+    assert 384 <= table.inserts - 1000 <= 384 + 3 * 50  # not before, and soon after
+
+
+def test_a_held_writer_that_gets_its_turn_waits_on_however_much_others_insert(
+    reverb_server, monkeypatch
+):
+    # A working stream: every probe sees one more of its items confirmed, while
+    # other writers insert far more than the broken-stream bound. No new writer.
+    stream = _SlowStream(pending=40)
+
+    def confirm_one():
+        stream.pending -= 1
+
+    table = _HeldTable(others=500, on_answer=confirm_one)
+    w = _held_writer(reverb_server, monkeypatch, stream, table)
+    assert w._wait(0, None) is True
+    assert table.inserts - 1000 > 40 * 384
+
+
 def test_the_costs_of_partitions_are_summed_from_the_actors_beats():
     from apex.coordination.partitions import Partitions
 
@@ -219,65 +332,6 @@ def _node_processes(cluster) -> list[str]:
     return out
 
 
-class _Program:
-    """The README's cluster command run in h1 (the launcher) with --ray_address of
-    the head; its output is collected in `lines` as it comes."""
-
-    def __init__(self, hosts, run_dir: str, token: str, *overrides: str):
-        import threading
-
-        self.run_dir = run_dir
-        env = hosts.env()
-        env.update({TOKEN_VAR: token, "APEX_CHECK_NO_SHARED_FS": "1"})
-        self.proc = hosts.popen(
-            0,
-            [
-                sys.executable,
-                "-m",
-                "launch.train",
-                "--config=configs/apex_cartpole.py",
-                f"--config.run_dir={run_dir}",
-                "--launcher=ray",
-                f"--ray_address={hosts.address}",
-                "--config.cluster.learner_resource=apex_learner",
-                "--config.cluster.actor_resource=apex_actor",
-                "--config.checkpoint.period_seconds=None",
-                "--config.logging.tensorboard=False",
-                "--config.logging.progress_period_seconds=1",
-                *overrides,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-        self.reader = threading.Thread(
-            target=lambda: self.lines.extend(self.proc.stdout), daemon=True
-        )
-        self.reader.start()
-
-    def placement(self) -> dict:
-        with open(os.path.join(self.run_dir, "placement.json")) as f:
-            return json.load(f)
-
-    def wait(self) -> str:
-        """Waits for the launcher's exit (STOP_TIMEOUT); its whole output."""
-        self.proc.wait(timeout=STOP_TIMEOUT)
-        self.reader.join(timeout=10)
-        return "".join(self.lines)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def summary(self) -> dict:
-        with open(os.path.join(self.run_dir, "summary.json")) as f:
-            return json.load(f)
-
-
 def _assert_stopped_in_window(hosts, out: str) -> None:
     """Every node stopped inside the stop window, and none is left on any host."""
     assert "still running after the stop window" not in out, out[-4000:]
@@ -327,7 +381,7 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
     (actor_0's made after the link returned among them) holds right n-step
     values."""
     run_dir = str(tmp_path / "run")
-    program = _Program(hosts, run_dir, "netns", "--config.stop.max_wall_seconds=900")
+    program = netns.ClusterProgram(hosts, run_dir, "netns", "--config.stop.max_wall_seconds=900")
     lines = program.lines
     healed = 0.0
     try:
@@ -369,7 +423,13 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
         # More than a writer's unconfirmed items (48) past it: items the actor
         # made after the link returned are in the replay.
         wait_until(
-            lambda: inserted() > after + 200, 120, f"actor_0 inserting again (after {after})"
+            lambda: inserted() > after + 200,
+            120,
+            lambda: (
+                f"actor_0 inserting again (after {after}; now {inserted()}); "
+                f"its beat {netns.node_beat(run_dir, 'actor_0')}; its lines:\n"
+                + "".join(program.tail("actor_0", 40))
+            ),
         )
         assert after >= before  # its counts carried on
         os.killpg(program.proc.pid, signal.SIGINT)  # Ctrl-C at the terminal
@@ -404,7 +464,9 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     checkpoint's items hold right n-step values."""
     # SIGTERM
     run_dir = str(tmp_path / "sigterm")
-    program = _Program(hosts, run_dir, "netns-term", "--config.stop.max_wall_seconds=900")
+    program = netns.ClusterProgram(
+        hosts, run_dir, "netns-term", "--config.stop.max_wall_seconds=900"
+    )
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 20, STARTUP_TIMEOUT)
         program.proc.send_signal(signal.SIGTERM)  # the launcher's pid only
@@ -420,7 +482,7 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     # Two shards, a stop criterion
     run_dir = str(tmp_path / "shards")
     steps = 400
-    program = _Program(
+    program = netns.ClusterProgram(
         hosts,
         run_dir,
         "netns-shards",

@@ -13,17 +13,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 
 import psutil
 import pytest
 
 from tests import netns
-from tests.procs import STARTUP_TIMEOUT, STOP_TIMEOUT, TOKEN_VAR, wait_for_state, wait_until
+from tests.procs import STARTUP_TIMEOUT, STOP_TIMEOUT, wait_for_state, wait_until
 
 LEASE = 6  # seconds: cluster.actor_lost_after_seconds (lost at LEASE + 5 s)
 
@@ -98,37 +95,16 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
     and no node process is left."""
     started = time.time()
     run_dir = str(tmp_path / "run")
-    env = hosts.env()
-    env.update({TOKEN_VAR: "netns-fence", "APEX_CHECK_NO_SHARED_FS": "1"})
-    proc = hosts.popen(
-        0,
-        [
-            sys.executable,
-            "-m",
-            "launch.train",
-            "--config=configs/apex_cartpole.py",
-            f"--config.run_dir={run_dir}",
-            "--launcher=ray",
-            f"--ray_address={hosts.address}",
-            "--config.cluster.learner_resource=apex_learner",
-            "--config.cluster.actor_resource=apex_actor",
-            f"--config.cluster.actor_lost_after_seconds={LEASE}",
-            "--config.checkpoint.period_seconds=None",
-            "--config.checkpoint.on_stop=False",
-            "--config.evaluation.period_seconds=600",
-            "--config.logging.tensorboard=False",
-            "--config.logging.progress_period_seconds=1",
-            "--config.stop.max_wall_seconds=900",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    program = netns.ClusterProgram(
+        hosts,
+        run_dir,
+        "netns-fence",
+        f"--config.cluster.actor_lost_after_seconds={LEASE}",
+        "--config.checkpoint.on_stop=False",
+        "--config.evaluation.period_seconds=600",
+        "--config.stop.max_wall_seconds=900",
     )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    proc, lines = program.proc, program.lines
     victim = None
     try:
         wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 0, STARTUP_TIMEOUT)
@@ -180,15 +156,11 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
         assert netns.node_beat(run_dir, "actor_0")["incarnation"] == first["incarnation"]
         assert first["time"] > cut_at + LEASE  # started only past the old copy's lease
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=STOP_TIMEOUT)
-        reader.join(timeout=10)
+        out = program.wait()
     finally:
         if victim is not None:
             hosts.heal(victim)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = "".join(lines)
+        program.kill()
     assert proc.returncode == 130, out[-4000:]
     assert "actor/0 restarted on Ray node" in out and f"({hosts.ips[survivor]})" in out, out[-4000:]
     with open(os.path.join(run_dir, "summary.json")) as f:

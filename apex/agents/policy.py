@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from apex import compat
 from apex.config import ApexConfig
 from apex.specs import EnvSpec
 from apex.variables import VariableClient
@@ -61,6 +62,7 @@ class ActingPolicy:
         self._net: tf.Module | None = None
         self._np_step = network.numpy_step(config)
         if config.learner.torso != "mlp":
+            compat.share_function_rendezvous()  # a tf.function call per step: TF 2.8's leak
             self._net = network.make_network(config, spec, 0)
             if self.recurrent:
                 self._tf_step = tf.function(self._net.step)

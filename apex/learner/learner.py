@@ -14,6 +14,7 @@ import reverb
 import tensorflow as tf
 from acme import core as acme_core
 
+from apex import compat
 from apex import heartbeat as hb
 from apex.agents import get_builder
 from apex.agents.builder import AgentBuilder
@@ -64,6 +65,9 @@ class Learner(acme_core.Saveable):
         heartbeat: hb.Heartbeat | None = None,
     ):
         self._config = config
+        # Before the first tf.function call: TF 2.8 leaks ~400 B a call otherwise
+        # (RSS +19%/h at the soak's SGD rate; docs/reliability.md).
+        compat.share_function_rendezvous()
         builder = builder or get_builder(config)
         self._heartbeat = heartbeat
         addresses = [replay_address] if isinstance(replay_address, str) else list(replay_address)

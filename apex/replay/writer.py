@@ -47,6 +47,10 @@ from apex.replay.tables import (
 # STALL_PROBE_SECONDS, each call bounded by STALL_PROBE_TIMEOUT seconds.
 STALL_PROBE_SECONDS = 1.0
 STALL_PROBE_TIMEOUT = 2
+# A working stream held by the rate limiter gets its fair share of the inserts
+# the table takes (TransitionWriter._others_before_broken): STALL_OTHERS_FACTOR
+# shares of max_in_flight_items with none of its own is a broken stream.
+STALL_OTHERS_FACTOR = 4
 
 
 class ReplayStalled(RuntimeError):
@@ -322,9 +326,14 @@ class TransitionWriter:
         Without a timeout (a write waiting for room) it watches the stream: after
         `stall_seconds` without a confirmation it asks the server (server_info) every
         STALL_PROBE_SECONDS. No answer: the link is down (`unreachable_since`), it
-        waits on. An answer whose rate limiter would take an insert, twice in a row:
-        the stream itself is broken (what a partition leaves behind; Reverb's writer
-        does not recover from it) and ReplayStalled is raised for a new writer."""
+        waits on. The server answers and the stream is broken (what a partition
+        leaves behind; Reverb's writer does not recover from it): ReplayStalled is
+        raised for a new writer. Broken means one of
+          - the stream reported an error of its own (not a timeout);
+          - the table's rate limiter would take an insert, twice in a row;
+          - the table took STALL_OTHERS_FACTOR fair shares of inserts from other
+            writers while none of this writer's pending items was confirmed (a
+            limiter that other actors keep full is not why this one waits)."""
         if stoppable and self._should_stop():
             timeout = 0.001  # stopping: one look, no wait
         began = time.monotonic()
@@ -332,6 +341,8 @@ class TransitionWriter:
         watch = end is None and self.stall_seconds is not None
         next_probe = began + (self.stall_seconds or 0.0)
         open_probes = 0
+        stream_error = ""
+        baseline: tuple[int, int] | None = None  # (table inserts, our unconfirmed) at a probe
         while True:
             step = 1.0 if end is None else min(1.0, max(end - time.monotonic(), 0.001))
             try:
@@ -342,51 +353,67 @@ class TransitionWriter:
                 if "Timeout exceeded" not in str(err):
                     if not watch:
                         raise
-                    self._stream_error = f"{type(err).__name__}: {str(err)[:200]}"
+                    stream_error = self._stream_error = f"{type(err).__name__}: {str(err)[:200]}"
                     time.sleep(0.2)  # a broken stream answers at once: no busy loop
             if (stoppable and self._should_stop()) or (end is not None and time.monotonic() >= end):
                 return False
             now = time.monotonic()
             if watch and now >= next_probe:
                 next_probe = now + STALL_PROBE_SECONDS
-                verdict = self._probe()
+                verdict, inserts = self._probe()
                 if verdict == "unreachable":
-                    open_probes = 0
+                    open_probes, baseline = 0, None
                     if self.unreachable_since is None:
                         self.unreachable_since = time.time()
-                else:
-                    self.unreachable_since = None
-                    open_probes = open_probes + 1 if verdict == "open" else 0
-                    if open_probes >= 2:
-                        raise ReplayStalled(
-                            self._client_address(),
-                            now - began,
-                            self._pending_items(),
-                            self._stream_error,
-                        )
+                    continue
+                self.unreachable_since = None
+                open_probes = open_probes + 1 if verdict == "open" else 0
+                broken = bool(stream_error) or open_probes >= 2
+                if not broken and inserts is not None:
+                    mine = self._pending_items()
+                    if baseline is None or mine < baseline[1]:
+                        baseline = (inserts, mine)  # ours moved: the stream works
+                    elif inserts - baseline[0] >= self._others_before_broken():
+                        broken = True
+                if broken:
+                    raise ReplayStalled(
+                        self._client_address(), now - began, self._pending_items(), stream_error
+                    )
 
     # Seconds a write waits for room without any confirmation before the writer
     # asks the server whether its stream is broken (None: never ask, wait on).
     stall_seconds: float | None = 5.0
+    # How many writers share the table (the actors; set by launch.nodes.actor).
+    fellow_writers: int = 1
     unreachable_since: float | None = None  # time.time() the server stopped answering
     _stream_error = ""
+
+    def _others_before_broken(self) -> int:
+        """Items the table may take from other writers while none of this one's
+        pending items is confirmed before its stream counts as broken: each
+        writer's fair share (Reverb lets held writers in in turn: measured even
+        across 8 writers) is STALL_OTHERS_FACTOR times max_in_flight_items."""
+        return STALL_OTHERS_FACTOR * self._max_in_flight * max(1, int(self.fellow_writers))
 
     def _client_address(self) -> str:
         return str(getattr(self._client, "server_address", "?"))
 
-    def _probe(self) -> str:
-        """'unreachable' (no answer within STALL_PROBE_TIMEOUT s), 'open' (this
-        writer's table would take an insert now) or 'held' (its rate limiter
-        holds inserts: waiting is right)."""
+    def _probe(self) -> tuple[str, int | None]:
+        """('unreachable', None) when no answer came within STALL_PROBE_TIMEOUT s;
+        else ('open' if this writer's table would take an insert now, or 'held'
+        if its rate limiter holds inserts, waiting being right) and how many
+        inserts the table has completed (None if the answer lacks our table)."""
         try:
             info = self._client.server_info(timeout=STALL_PROBE_TIMEOUT)
         except Exception:  # noqa: BLE001 - no answer: the link or the server is down
-            return "unreachable"
+            return "unreachable", None
         try:
-            stats = {t["table"]: t for t in stats_from_server_info(info)}
-            return "open" if stats[self._table]["rate_limiter"]["can_insert"] else "held"
+            stats = {t["table"]: t for t in stats_from_server_info(info)}[self._table]
+            return ("open" if stats["rate_limiter"]["can_insert"] else "held"), int(
+                stats["inserts"]
+            )
         except Exception:  # noqa: BLE001 - an answer without our table: not our stream's fault
-            return "held"
+            return "held", None
 
     def _pending_items(self) -> int:
         """How many of this writer's items the server has not confirmed (a

@@ -220,6 +220,9 @@ class ActorNode:
         with self._builder.make_writer(
             self._replay, self._actor_id, eps, self._actor_id * e, should_stop
         ) as writer:
+            # Its stream counts as broken only once the table took this many
+            # writers' fair shares of other items while none of its own came in.
+            writer.fellow_writers = int(c.actor.num_actors)
             actor = self._builder.make_actor(
                 c,
                 self._actor_id,
