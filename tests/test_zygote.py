@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from launch.zygote import Zygote, ZygoteError, thread_count
+from launch.zygote import Zygote, ZygoteError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,12 +96,33 @@ def test_the_zygote_forks_nodes_that_run_their_function_and_reports_their_exit_c
 
 
 def test_thread_count_counts_this_process_threads():
-    before = thread_count()
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait)
-    thread.start()
-    try:
-        assert thread_count() == before + 1
-    finally:
+    # In a process of its own: in a test worker, threads that earlier tests left
+    # (gRPC's, TensorFlow's) start and end at any time (a loaded run saw 97 == 97 + 1).
+    # The count is the OS's (/proc/self/task): the started threads are in it at
+    # once, and the joined ones leave it shortly after.
+    script = textwrap.dedent(
+        """
+        import threading, time
+        from launch.zygote import thread_count
+        before = thread_count()
+        stop = threading.Event()
+        threads = [threading.Thread(target=stop.wait) for _ in range(3)]
+        for t in threads:
+            t.start()
+        during = thread_count()
         stop.set()
-        thread.join()
+        for t in threads:
+            t.join()
+        # A joined thread's OS thread may linger in /proc a moment: poll.
+        deadline = time.monotonic() + 30
+        while thread_count() != before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(before, during, thread_count())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, during, after = map(int, out.stdout.split())
+    assert (during, after) == (before + 3, before), out.stdout
