@@ -303,6 +303,26 @@ def test_the_costs_of_partitions_are_summed_from_the_actors_beats():
     }
 
 
+def test_a_cut_replay_shard_shows_next_to_the_actors_and_its_silence_is_counted_apart():
+    from apex.coordination.partitions import Partitions
+
+    p = Partitions(host="here")
+    beats = {
+        "actor_0": {"host": "h2", "received": 100.0, "period_seconds": 1.0, "counters": {}},
+        "replay_1": {"host": "h2", "received": 101.0, "period_seconds": 1.0},
+        "replay_2": {"host": "here", "received": 90.0, "period_seconds": 1.0},  # its process
+        "learner": {"host": "h2", "received": 0.0, "period_seconds": 1.0},
+    }
+    assert p.text(beats, now=110.0) == " | unreachable: actor_0 10 s, replay_1 9 s"
+    assert p.unreachable(beats, now=110.0) == {"actor_0": 10.0, "replay_1": 9.0}
+    beats["actor_0"]["received"] = beats["replay_1"]["received"] = 111.0  # back
+    assert p.text(beats, now=111.5) == ""
+    costs = p.costs(beats)
+    assert costs["seconds_unreachable"] == 10.0  # seconds without an actor
+    assert costs["shard_seconds_unreachable"] == 9.0
+    assert costs["longest_silence_seconds"] == {"actor_0": 10.0, "replay_1": 9.0}
+
+
 # --------------------------------------------------------------- the cluster
 
 

@@ -349,9 +349,9 @@ class Coordinator:
         row = figures.metrics_row(self.counters, self.replay, rates, len(self.findings))
         row["coordinator/actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         network = self.partitions.costs(self.heartbeats.beats())
-        row["coordinator/actors_unreachable"] = len(
-            self.partitions.unreachable(self.heartbeats.beats(), time.time())
-        )
+        silent = self.partitions.unreachable(self.heartbeats.beats(), time.time())
+        row["coordinator/actors_unreachable"] = sum(n.startswith(ACTOR_PREFIX) for n in silent)
+        row["coordinator/shards_unreachable"] = len(silent) - row["coordinator/actors_unreachable"]
         row["coordinator/actor_reconnects"] = network["reconnects"]
         row["coordinator/items_lost_in_flight"] = network["items_lost_in_flight"]
         fences = self._fence_figures()

@@ -1,5 +1,12 @@
-"""Actors cut off by the network (issue 31): what the coordinator shows while an
-actor on another host (another hostname than the coordinator's) is silent, and what its partitions cost once it is back.
+"""Actors and replay shards cut off by the network (issue 31): what the
+coordinator shows while an actor or a shard on another host (another hostname
+than the coordinator's) is silent, and what an actor's partitions cost once it
+is back.
+
+A shard in a process of its own beats like an actor (launch.nodes.replay):
+while cut it shows as `replay_1 9 s` in the same list. It has no lease: past
+the coordinator's dead-node window the program stops in order
+(apex.coordination.health), as for a dead shard.
 
 While cut, an actor's beats do not arrive: the progress line names it
 (`actor_0 unreachable 12 s`) once its last beat is older than `UNREACHABLE_PERIODS`
@@ -19,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 ACTOR_PREFIX = "actor_"
-UNREACHABLE_PERIODS = 3.0  # beat periods of silence before an actor shows as unreachable
+SHARD_PREFIX = "replay_"  # a replay shard in a process of its own
+WATCHED = (ACTOR_PREFIX, SHARD_PREFIX)
+UNREACHABLE_PERIODS = 3.0  # beat periods of silence before a node shows as unreachable
 COST_KEYS = ("reconnects", "items_lost_in_flight", "seconds_stalled")
 
 
@@ -29,7 +38,7 @@ def silence(beat: dict[str, Any], now: float) -> float:
 
 
 class Partitions:
-    """The actors silent now and the silences each one had (seconds without it).
+    """The actors and shards silent now and the silences each one had (seconds without it).
 
     Example:
         >>> p = Partitions()
@@ -43,17 +52,17 @@ class Partitions:
     """
 
     def __init__(self, host: str | None = None) -> None:
-        self.host = host  # this host's name: actors on it are never "unreachable"
-        self.worst: dict[str, float] = {}  # the longest silence seen of each actor
-        self.total: dict[str, float] = {}  # the silences that ended, summed, per actor
-        self._open: dict[str, float] = {}  # the silence going on now, per actor
+        self.host = host  # this host's name: nodes on it are never "unreachable"
+        self.worst: dict[str, float] = {}  # the longest silence seen of each node
+        self.total: dict[str, float] = {}  # the silences that ended, summed, per node
+        self._open: dict[str, float] = {}  # the silence going on now, per node
 
     def unreachable(self, beats: dict[str, dict[str, Any]], now: float) -> dict[str, float]:
-        """{actor: seconds silent} of the actors silent for more than
+        """{node: seconds silent} of the actors and shards silent for more than
         UNREACHABLE_PERIODS beat periods now (stopped ones are not)."""
         out = {}
         for node, beat in beats.items():
-            if not node.startswith(ACTOR_PREFIX) or beat.get("state") == "stopped":
+            if not node.startswith(WATCHED) or beat.get("state") == "stopped":
                 continue
             if self.host is not None and beat.get("host") == self.host:
                 continue  # on this host: its process is watched (apex.heartbeat), not its link
@@ -67,9 +76,11 @@ class Partitions:
                 self.total[node] = round(self.total.get(node, 0.0) + self._open.pop(node), 1)
         return out
 
-    def seconds_unreachable(self) -> float:
-        """Seconds without an actor, summed over actors (ended and ongoing silences)."""
-        return round(sum(self.total.values()) + sum(self._open.values()), 1)
+    def seconds_unreachable(self, prefix: str = ACTOR_PREFIX) -> float:
+        """Seconds without an actor (or, `prefix` SHARD_PREFIX, a shard), summed
+        over them (ended and ongoing silences)."""
+        silences = list(self.total.items()) + list(self._open.items())
+        return round(sum(s for node, s in silences if node.startswith(prefix)), 1)
 
     def costs(self, beats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """summary.json's `network`: the actors' counted costs, summed, and the
@@ -82,11 +93,15 @@ class Partitions:
                     out[k] += counters.get(k, 0) or 0
         out["seconds_stalled"] = round(float(out["seconds_stalled"]), 1)
         out["seconds_unreachable"] = self.seconds_unreachable()
+        shards = self.seconds_unreachable(SHARD_PREFIX)
+        if shards:
+            out["shard_seconds_unreachable"] = shards
         out["longest_silence_seconds"] = dict(sorted(self.worst.items()))
         return out
 
     def text(self, beats: dict[str, dict[str, Any]], now: float) -> str:
-        """' | unreachable: actor_0 12 s | reconnects 1' for the progress line ('' : none)."""
+        """' | unreachable: actor_0 12 s, replay_1 9 s | reconnects 1' for the
+        progress line ('' : none)."""
         silent = self.unreachable(beats, now)
         out = ""
         if silent:
