@@ -119,6 +119,20 @@ def sweep_leftovers() -> list[str]:
     return removed
 
 
+# Ray's GCS counts a node dead after health_check_failure_threshold failed
+# checks of its raylet, health_check_period_ms apart: 5 x 3 s by default. After
+# a partition the GCS's channel to that raylet is in gRPC's reconnect back-off
+# and its checks fail at once, so a ~10-s cut can end in a dead node (seen
+# under load: the cut actor's host declared dead just after the link came back,
+# its actor started on another host). apex decides when a cut actor is lost (its
+# lease, cluster.actor_lost_after_seconds, 60 s + 5 s); Ray's verdict should come
+# after it: 25 x 3 s = 75 s. docs/cluster.md recommends the same for a cluster.
+RAY_HEALTH_CHECK = {
+    "RAY_health_check_period_ms": "3000",
+    "RAY_health_check_failure_threshold": "25",
+}
+
+
 class NetnsCluster:
     """`hosts` network namespaces on a private bridge (see the module docstring).
 
@@ -176,11 +190,13 @@ class NetnsCluster:
 
     def env(self) -> dict[str, str]:
         """The environment for processes in the namespaces (no proxies: only the
-        namespaces' addresses are contacted)."""
+        namespaces' addresses are contacted; Ray's health check as
+        RAY_HEALTH_CHECK says)."""
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         env.update(
             RAY_USAGE_STATS_ENABLED="0",
             PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+            **RAY_HEALTH_CHECK,
         )
         return env
 
@@ -497,9 +513,9 @@ class ClusterProgram:
         )
         self.reader.start()
 
-    def tail(self, text: str, n: int) -> list[str]:
-        """The last `n` output lines that hold `text` (for a failure's message)."""
-        return [line for line in list(self.lines) if text in line][-n:]
+    def tail(self, texts: Sequence[str], n: int) -> list[str]:
+        """The last `n` output lines that hold any of `texts` (for a failure's message)."""
+        return [line for line in list(self.lines) if any(t in line for t in texts)][-n:]
 
     def placement(self) -> dict:
         with open(os.path.join(self.run_dir, "placement.json")) as f:

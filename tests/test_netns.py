@@ -448,7 +448,7 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
             lambda: (
                 f"actor_0 inserting again (after {after}; now {inserted()}); "
                 f"its beat {netns.node_beat(run_dir, 'actor_0')}; its lines:\n"
-                + "".join(program.tail("actor_0", 40))
+                + "".join(program.tail(("actor_0", "actor/0", "Ray node"), 40))
             ),
         )
         assert after >= before  # its counts carried on
