@@ -103,6 +103,19 @@ class StopViaLauncher:
         courier.Client(self.address, call_timeout=10).stop_program()
 
 
+def host_died(err: BaseException, exceptions: Any) -> bool:
+    """Whether a NodeHost's failed call (a RayActorError) means it died.
+
+    Ray (2.48) raises ActorUnavailableError, a RayActorError too, when the
+    actor cannot be reached for the moment: a network partition, its node's
+    connection in reconnect back-off. That is not a death. A partitioned actor
+    is lost only when its lease runs out (the coordinator counts it lost:
+    `_check_lost`); a dead node's actors get ActorDiedError once Ray counts the
+    node dead. `exceptions`: ray.exceptions."""
+    unavailable = getattr(exceptions, "ActorUnavailableError", None)
+    return not (unavailable is not None and isinstance(err, unavailable))
+
+
 @dataclasses.dataclass
 class _Slot:
     """One program node and the NodeHost that runs it."""
@@ -308,6 +321,8 @@ class RayLauncher:
             try:
                 lines, code = ray.get(f)
             except ray.exceptions.RayActorError as err:
+                if not host_died(err, ray.exceptions):
+                    continue  # out of reach for now: its lease (the coordinator) decides
                 self._host_died(slot, err)
                 continue
             self._out(lines)

@@ -120,13 +120,11 @@ def sweep_leftovers() -> list[str]:
 
 
 # Ray's GCS counts a node dead after health_check_failure_threshold failed
-# checks of its raylet, health_check_period_ms apart: 5 x 3 s by default. After
-# a partition the GCS's channel to that raylet is in gRPC's reconnect back-off
-# and its checks fail at once, so a ~10-s cut can end in a dead node (seen
-# under load: the cut actor's host declared dead just after the link came back,
-# its actor started on another host). apex decides when a cut actor is lost (its
-# lease, cluster.actor_lost_after_seconds, 60 s + 5 s); Ray's verdict should come
-# after it: 25 x 3 s = 75 s. docs/cluster.md recommends the same for a cluster.
+# checks of its raylet, health_check_period_ms apart: 5 x 3 s by default, 15 s
+# when the checks fail at once (a channel in gRPC's reconnect back-off) rather
+# than time out. apex decides when a cut actor is lost (its lease,
+# cluster.actor_lost_after_seconds, 60 s + 5 s); Ray's verdict should come after
+# it: 25 x 3 s = 75 s. docs/cluster.md recommends the same for a cluster.
 RAY_HEALTH_CHECK = {
     "RAY_health_check_period_ms": "3000",
     "RAY_health_check_failure_threshold": "25",

@@ -323,6 +323,20 @@ def test_a_cut_replay_shard_shows_next_to_the_actors_and_its_silence_is_counted_
     assert costs["longest_silence_seconds"] == {"actor_0": 10.0, "replay_1": 9.0}
 
 
+def test_a_node_host_out_of_reach_for_now_is_not_counted_dead():
+    # A partition makes Ray fail the launcher's tick of the cut host's NodeHost
+    # with ActorUnavailableError (a RayActorError): that actor is not dead, and
+    # its lease decides whether it is lost (a loaded run replaced actor_0 after a
+    # 10-s cut when any RayActorError counted as a death).
+    from ray import exceptions
+
+    from launch.ray_launch import host_died
+
+    assert host_died(exceptions.ActorDiedError(), exceptions)
+    assert not host_died(exceptions.ActorUnavailableError("connection lost", None), exceptions)
+    assert host_died(exceptions.ActorDiedError(), object())  # a Ray without the distinction
+
+
 # --------------------------------------------------------------- the cluster
 
 

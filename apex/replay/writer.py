@@ -353,7 +353,7 @@ class TransitionWriter:
                 if "Timeout exceeded" not in str(err):
                     if not watch:
                         raise
-                    stream_error = self._stream_error = f"{type(err).__name__}: {str(err)[:200]}"
+                    stream_error = f"{type(err).__name__}: {str(err)[:200]}"
                     time.sleep(0.2)  # a broken stream answers at once: no busy loop
             if (stoppable and self._should_stop()) or (end is not None and time.monotonic() >= end):
                 return False
@@ -386,7 +386,6 @@ class TransitionWriter:
     # How many writers share the table (the actors; set by launch.nodes.actor).
     fellow_writers: int = 1
     unreachable_since: float | None = None  # time.time() the server stopped answering
-    _stream_error = ""
 
     def _others_before_broken(self) -> int:
         """Items the table may take from other writers while none of this one's
