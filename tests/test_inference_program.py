@@ -135,7 +135,9 @@ def test_central_inference_a_model_store_and_two_shards_learn_cartpole_within_th
             actors.add(int(data["actor"]))
             versions.append(int(data["version"]))
         assert actors == {shard}, (shard, actors)
-    assert len(versions) == 20_000
+    # Every item the replay held at the stop (the coordinator's last count, or
+    # more), up to its capacity: a quick solve stops before the 20,000 fill.
+    assert min(s["replay_size"], 20_000) <= len(versions) <= 20_000, (len(versions), s)
     assert max(versions) <= int(final.learner["steps"]) and np.median(versions) > 0
 
     # Export then play the best (the store's record, through the checkpoint):
