@@ -66,7 +66,7 @@ class Learner(acme_core.Saveable):
     ):
         self._config = config
         # Before the first tf.function call: TF 2.8 leaks ~400 B a call otherwise
-        # (RSS +19%/h at the soak's SGD rate; docs/reliability.md).
+        # (the learner grew 35%/h in a soak; docs/reliability.md).
         compat.share_function_rendezvous()
         builder = builder or get_builder(config)
         self._heartbeat = heartbeat
