@@ -54,7 +54,6 @@ LOST_MARGIN_SECONDS = 5.0
 WATCHDOG_PERIOD_SECONDS = 0.1
 FENCED_EXIT_CODE = 75
 """The exit code of an actor process that fenced itself (EX_TEMPFAIL)."""
-ACTOR_PREFIX = "actor_"
 
 
 def lost_after(lease_seconds: float) -> float:

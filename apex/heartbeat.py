@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apex.jsonio import write_json_atomic
+from apex.roles import ACTOR_PREFIX
 
 HEARTBEAT_DIR = "heartbeats"
 STACKS_DIR = "stacks"
@@ -259,7 +260,8 @@ class HeartbeatStore:
 
     def silent_limit(self, beat: dict[str, Any]) -> float:
         """Seconds of silence after which the node of `beat` (on another host) is gone."""
-        if self.actor_silent_after is not None and str(beat.get("node", "")).startswith("actor_"):
+        is_actor = str(beat.get("node", "")).startswith(ACTOR_PREFIX)
+        if self.actor_silent_after is not None and is_actor:
             return float(self.actor_silent_after)
         return self.silent_after
 

@@ -19,6 +19,11 @@ import numpy as np
 
 Variables = tuple[int, list[np.ndarray], dict[str, float]]
 
+ACTOR_PREFIX = "actor_"
+"""Node names: actor i is `actor_{i}`; a replay shard in a process of its own
+is `replay_{i}` (the heartbeats', metrics' and summary's names)."""
+SHARD_PREFIX = "replay_"
+
 
 @runtime_checkable
 class VariableSource(Protocol):

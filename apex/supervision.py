@@ -209,6 +209,7 @@ class NodeMonitor:
         self._stopping = stopping
         self._period = period
         self.verdict: NodeFailure | None = None
+        self.failure_time: float | None = None  # when the death was seen (Unix time)
         self._thread = threading.Thread(target=self._loop, name="node-monitor", daemon=True)
 
     @property
@@ -231,5 +232,6 @@ class NodeMonitor:
                 self.verdict = death_verdict(first, pid, self._run_dir).with_then(
                     [f"{n} (pid {p})" for n, p in rest]
                 )
+                self.failure_time = time.time()
                 self._on_death(self.verdict.message)
                 return

@@ -139,6 +139,17 @@ class _Slot:
         return self.exit_code is not None
 
 
+def still_running(answers: dict[str, bool | None]) -> str:
+    """The nodes left at the stop window's end, each with what its host said:
+    'learner/0 (its process runs; its stacks follow in its log or RUN_DIR/stacks)',
+    'actor/0 (its host did not answer)'."""
+    says = {
+        True: "its process runs; its stacks follow in its log or RUN_DIR/stacks",
+        None: "its host did not answer",
+    }
+    return ", ".join(f"{name} ({says[answer]})" for name, answer in answers.items())
+
+
 class RayLauncher:
     """Runs a built program on the session's cluster until it stops.
 
@@ -166,6 +177,7 @@ class RayLauncher:
         self._tty = tty
         self._keep_all = keep_all
         self.failure: str | None = None
+        self.failure_time: float | None = None  # when it was seen (Unix time)
         self._stop = threading.Event()
         self._stop_sent_at: float | None = None
         self._killed = False
@@ -359,6 +371,7 @@ class RayLauncher:
     def _fail(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
+            self.failure_time = time.time()
         self._stop.set()
 
     def _host_died(self, slot: _Slot, err: Exception) -> None:
@@ -547,20 +560,39 @@ class RayLauncher:
             self._signal_all(signal.SIGTERM)
         elif not self._killed and now - self._stop_sent_at > STOP_WINDOW.kill_seconds + 5.0:
             self._killed = True
-            names = ", ".join(s.title for s in self._alive())
-            self._say(f"nodes still running after the stop window: {names}; killing")
-            self._signal_all(signal.SIGKILL)
+            # Every thread's stack first (SIGUSR1: faulthandler, which writes even
+            # while the main thread sits in C++), so that a hang is never silent;
+            # then the kill.
+            # A process that has exited is not late: its host's tick was (the
+            # next one brings its exit code).
+            answers = {n: a for n, a in self._signal_all(signal.SIGUSR1).items() if a is not False}
+            if answers:
+                self._say(
+                    f"nodes still running after the stop window: {still_running(answers)}; killing"
+                )
+                if any(answers.values()):
+                    self._stop.wait(0.5)  # the handler writes at once; the kill must not beat it
+                self._signal_all(signal.SIGKILL)
         elif self._killed and now - self._stop_sent_at > STOP_WINDOW.kill_seconds + 20.0:
             for slot in self._alive():  # their hosts do not answer: give up on them
                 slot.exit_code = -9
 
-    def _signal_all(self, signum: int) -> None:
+    def _signal_all(self, signum: int) -> dict[str, bool | None]:
+        """Sends `signum` to every live node's process; by node title, whether its
+        process was running (None: its host did not answer within 10 s)."""
         ray = self._ray
-        futures = [s.host.signal.remote(int(signum)) for s in self._alive()]
+        futures = {s.host.signal.remote(int(signum)): s.title for s in self._alive()}
+        answers: dict[str, bool | None] = dict.fromkeys(futures.values())
         try:
-            ray.wait(futures, num_returns=len(futures), timeout=10.0)
+            ready, _ = ray.wait(list(futures), num_returns=len(futures), timeout=10.0)
+            for f in ready:
+                try:
+                    answers[futures[f]] = bool(ray.get(f))
+                except Exception:  # noqa: BLE001 - a dead host is handled by the next tick
+                    pass
         except Exception:  # noqa: BLE001 - a dead host is handled by the next tick
             pass
+        return answers
 
     def _drain_all(self) -> list[bytes]:
         lines: list[bytes] = []

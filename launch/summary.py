@@ -11,10 +11,18 @@ from apex import StopReason, recorded_failure, write_json_atomic
 
 
 def finalize_summary(
-    run_dir: str, reason: str, failure: str | None = None, *, since: float
+    run_dir: str,
+    reason: str,
+    failure: str | None = None,
+    *,
+    since: float,
+    failure_time: float | None = None,
 ) -> dict | None:
     """Writes summary.json from the coordinator's last state if the coordinator could
-    not; records a node death the launcher saw (`failure`) either way.
+    not; records a node death the launcher saw (`failure`, at Unix time
+    `failure_time`) unless the coordinator had recorded a failure before it:
+    the first failure is the likely cause (a shard host cut off past its limit
+    is the coordinator's verdict; Ray's word that its worker died comes later).
 
     A node that died of an exception nobody was told of (its failure record,
     RUN_DIR/failures, of this launch: written since `since`, the launcher's
@@ -44,11 +52,33 @@ def finalize_summary(
         if failure is None:
             return None
         summary = {key: None for key in SUMMARY_KEYS}
-    if failure is not None:
+    if failure is not None and not _failed_before(summary, failure_time):
         summary["stop_reason"] = StopReason.NODE_FAILED.value
         summary["failure"] = failure
+        summary["failure_at_wall_seconds"] = _run_seconds(summary, failure_time)
     write_json_atomic(path, summary)
     return summary
+
+
+def _failed_before(summary: dict, failure_time: float | None) -> bool:
+    """Whether `summary` (the coordinator's) names a failure recorded no later
+    than `failure_time` (False when either time is unknown: the launcher's wins)."""
+    at = _failure_time(summary)
+    return at is not None and failure_time is not None and at <= failure_time
+
+
+def _failure_time(summary: dict) -> float | None:
+    if summary.get("stop_reason") != StopReason.NODE_FAILED.value or not summary.get("failure"):
+        return None
+    start, seconds = summary.get("clock_start_time"), summary.get("failure_at_wall_seconds")
+    if start is None or seconds is None:
+        return None
+    return float(start) + float(seconds)
+
+
+def _run_seconds(summary: dict, at: float | None) -> float | None:
+    start = summary.get("clock_start_time")
+    return None if start is None or at is None else at - float(start)
 
 
 def remove_empty_stack_files(run_dir: str) -> None:

@@ -351,9 +351,9 @@ def _launch_program(
     print(f"[apex] replay: {rate_limit_plan(config)}", flush=True)
     monitor = None
     manager = None
-    ray_failure = None
+    ray_failure, ray_failure_time = None, None
     if session is not None:
-        ray_failure = _run_on_ray(program, config, session, placement)
+        ray_failure, ray_failure_time = _run_on_ray(program, config, session, placement)
     elif launch_type == "local_mp":
         if _TERMINAL.value == "output_to_files":
             compat.set_output_to_files_dir(os.path.join(run_dir, "logs"))
@@ -384,12 +384,14 @@ def _launch_program(
     except Exception as err:  # noqa: BLE001 - a node failed: report it and still write the summary
         failed = err
     death = monitor.failure if monitor is not None else ray_failure
+    death_time = monitor.failure_time if monitor is not None else ray_failure_time
     remove_empty_stack_files(run_dir)
     summary = finalize_summary(
         run_dir,
         (StopReason.NODE_FAILED if failed else StopReason.STOPPED).value,
         death,
         since=_LAUNCH_TIME,
+        failure_time=death_time,
     )
     # The one summary: summary.json as the run left it.
     if summary is not None:
@@ -397,12 +399,12 @@ def _launch_program(
             "[apex] summary: " + json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}), flush=True
         )
     print(f"[apex] summary.json: {os.path.join(run_dir, 'summary.json')}", flush=True)
-    if death is not None:
+    if summary is not None and summary.get("stop_reason") == StopReason.NODE_FAILED.value:
+        # The failure as summary.json names it: the first one recorded (a
+        # launcher-side error, e.g. local_mt's re-raised node exception, says less).
+        failed = summary.get("failure") or death or failed or "see the node output above"
+    elif death is not None:
         failed = death
-    elif summary is not None and summary.get("stop_reason") == StopReason.NODE_FAILED.value:
-        # The failure as summary.json names it (a launcher-side error, e.g. local_mt's
-        # re-raised node exception, says less).
-        failed = summary.get("failure") or failed or "see the node output above"
     if failed is not None:
         print(f"[apex] a node failed: {failed}", file=sys.stderr, flush=True)
     code = exit_code(summary, failed is not None)
@@ -410,9 +412,10 @@ def _launch_program(
     return code
 
 
-def _run_on_ray(program, config, session, placement) -> str | None:
+def _run_on_ray(program, config, session, placement) -> tuple[str | None, float | None]:
     """Runs the program on Ray until it stops; returns the failure the launcher
-    saw (a server node's host died, a node exited with an error), if any."""
+    saw (a server node's host died, a node exited with an error), if any, and
+    when it saw it (Unix time)."""
 
     def out(lines: list[bytes]) -> None:
         if lines:
@@ -444,10 +447,10 @@ def _run_on_ray(program, config, session, placement) -> str | None:
         launcher.start()
     except PlacementError as err:
         launcher.close()
-        return f"placement: {err}"
+        return f"placement: {err}", time.time()
     print(f"[apex] placement: {launcher.placement_text()}", flush=True)
     launcher.wait()
-    return launcher.failure
+    return launcher.failure, launcher.failure_time
 
 
 def _stop_after_death(message: str) -> None:

@@ -136,6 +136,7 @@ def test_a_sigkilled_actor_process_comes_back_in_its_slot_and_the_program_goes_o
     try:
         beat = wait_until(back, 120, "actor_0 to come back and insert again")
         assert beat["counters"]["env_steps"] > before["counters"]["env_steps"]  # carried on
+        assert beat["counters"]["items_inserted"] > before["counters"]["items_inserted"]
         text = format_status(status(run_dir, stall_seconds=60.0))
         line = next(ln for ln in text.splitlines() if ln.startswith("actor_0 "))
         assert "restarts 1" in line and str(beat["pid"]) in line, text
@@ -198,3 +199,14 @@ def test_a_process_started_again_carries_on_from_its_last_beat_when_that_is_furt
     assert c.actor_counts(0) == (1872, 30)
     c.report_actor(0, 2000, 31, [])
     assert c.actor_counts(0) == (2000, 31)  # a report further on wins
+
+
+def test_a_process_started_again_counts_its_items_on_from_its_last_beat(small_config):
+    """A restarted actor's items_inserted went back to 0 (noted last stop): the
+    coordinator now hands on the count its predecessor's last beat showed."""
+    c = Coordinator(small_config, "", start_time=time.time(), restart_grace=30.0)
+    assert c.actor_items_inserted(0) == 0  # no beat yet
+    beat = _beat("actor_0", os.getpid())
+    beat["counters"] = {"env_steps": 1872, "items_inserted": 1850}
+    c.heartbeat(beat)
+    assert (c.actor_items_inserted(0), c.actor_items_inserted(1)) == (1850, 0)

@@ -258,11 +258,16 @@ def test_sigterm_writes_a_final_checkpoint_leaves_no_process_and_resume_continue
             assert tables[0]["size"] > 0, (verb, tables)
 
     # Resume: the counters continue from the checkpoint. (With 2 SGD steps per
-    # call: that traced step runs in a forked learner too.)
+    # call: that traced step runs in a forked learner too.) It stops on env
+    # steps, which only the actors make: a stop 100 SGD steps on came, on a
+    # quiet machine, before any actor had inserted (the restored table lets
+    # the learner start at once), and the start lines below never showed.
+    # The rate limiter holds the actors to ~500 items ahead of the learner's
+    # samples, so 4,000 more env steps also take 800+ more SGD steps (1,142 here).
     proc, token = start_train(
         run_dir,
         "--resume",
-        f"--config.stop.max_learner_steps={final.step + 100}",
+        f"--config.stop.max_actor_steps={saved_env_steps + 4000}",
         "--config.learner.steps_per_call=2",
     )
     try:

@@ -141,6 +141,39 @@ def test_the_launcher_writes_a_summary_naming_a_recorded_failure_when_none_exist
         assert json.load(f)["failure"] == summary["failure"]
 
 
+def test_the_coordinators_failure_stands_over_a_death_the_launcher_saw_later(tmp_path):
+    """A shard host cut off past its limit: the coordinator's verdict (at 60 s)
+    came before Ray's word that the shard's worker died (at 75 s), and
+    summary.json named Ray's. The first failure now stands; a death the
+    launcher saw first still wins."""
+    from launch.summary import finalize_summary
+
+    run_dir = str(tmp_path)
+    since = time.time() - 1  # the launcher's start
+    start = time.time() - 100  # the run's clock
+    coordinator = {
+        "stop_reason": "node failed",
+        "failure": "replay_1 (host 10.77.0.12) silent for 60 s",
+        "failure_at_wall_seconds": 60.0,
+        "clock_start_time": start,
+    }
+    ray_death = "replay_1's Ray worker or node (2149f485) died: ActorDiedError"
+
+    def finalize(seen_at: float | None) -> dict:
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(coordinator, f)
+        at = None if seen_at is None else start + seen_at
+        return finalize_summary(run_dir, "stopped", ray_death, since=since, failure_time=at)
+
+    later = finalize(75.0)
+    assert (later["failure"], later["failure_at_wall_seconds"]) == (coordinator["failure"], 60.0)
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        assert json.load(f)["failure"] == coordinator["failure"]
+    earlier = finalize(30.0)  # the launcher saw its death first: the likely cause
+    assert (earlier["failure"], earlier["failure_at_wall_seconds"]) == (ray_death, 30.0)
+    assert finalize(None)["failure"] == ray_death  # its time unknown: the launcher's, as before
+
+
 def test_a_failure_reported_as_the_program_is_stopped_from_outside_still_counts(small_config):
     c = Coordinator(small_config, "", start_time=time.time())
     c.report_failure("learner", "ValueError: boom")

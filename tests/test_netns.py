@@ -337,6 +337,20 @@ def test_a_node_host_out_of_reach_for_now_is_not_counted_dead():
     assert host_died(exceptions.ActorDiedError(), object())  # a Ray without the distinction
 
 
+def test_the_nodes_left_at_the_stop_windows_end_are_named_with_what_their_hosts_said():
+    # A loaded run's two-shard stop left learner/0 and replay_1 running with
+    # every beat 'stopped' and no stack in the output: the launcher now asks
+    # each late node's host (SIGUSR1: its stacks, if it runs); one whose
+    # process has exited is not late, and the others are named with the answer.
+    from launch.ray_launch import still_running
+
+    text = still_running({"learner/0": True, "actor/0": None})
+    assert text == (
+        "learner/0 (its process runs; its stacks follow in its log or RUN_DIR/stacks), "
+        "actor/0 (its host did not answer)"
+    )
+
+
 # --------------------------------------------------------------- the cluster
 
 
@@ -366,10 +380,17 @@ def _node_processes(cluster) -> list[str]:
     return out
 
 
-def _assert_stopped_in_window(hosts, out: str) -> None:
-    """Every node stopped inside the stop window, and none is left on any host."""
-    assert "still running after the stop window" not in out, out[-4000:]
-    assert "Timeout (" not in out and "Traceback" not in out, out[-4000:]
+def _assert_stopped_in_window(hosts, out: str, run_dir: str) -> None:
+    """Every node stopped inside the stop window, and none is left on any host.
+    A failure shows the stacks the launcher had the late nodes dump (their
+    logs' tail in `out`, or RUN_DIR/stacks)."""
+    stacks = ""
+    folder = os.path.join(run_dir, "stacks")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        with open(os.path.join(folder, name)) as f:
+            stacks += f"\n--- {name}\n{f.read()[-6000:]}"
+    assert "still running after the stop window" not in out, out[-4000:] + stacks
+    assert "Timeout (" not in out and "Traceback" not in out, out[-4000:] + stacks
     wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")
 
 
@@ -473,7 +494,7 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
             hosts.heal(0 if "victim" not in locals() else victim)
         program.kill()
     assert program.proc.returncode == 130, out[-4000:]
-    _assert_stopped_in_window(hosts, out)
+    _assert_stopped_in_window(hosts, out, run_dir)
     assert "launcher at 10.77.0.11 (routes to the head 10.77.0.11)" in out, out[-4000:]
     summary = program.summary()
     assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
@@ -508,7 +529,7 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     finally:
         program.kill()
     assert program.proc.returncode == 143, out[-4000:]
-    _assert_stopped_in_window(hosts, out)
+    _assert_stopped_in_window(hosts, out, run_dir)
     summary = program.summary()
     assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
     _assert_right_nstep_values(run_dir)
@@ -530,7 +551,7 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     finally:
         program.kill()
     assert program.proc.returncode == 0, out[-4000:]
-    _assert_stopped_in_window(hosts, out)
+    _assert_stopped_in_window(hosts, out, run_dir)
     nodes = program.placement()["nodes"]
     assert nodes["learner"]["ip"] == hosts.ips[0], nodes  # shard 0 is in its process
     assert nodes["replay_1"]["ip"] in hosts.ips[1:], nodes

@@ -23,9 +23,10 @@ from apex.coordination.replay_poll import ReplayPoller
 from apex.coordination.restarts import ActorRestarts
 from apex.coordination.startup import StartLines
 from apex.doctor import Finding
-from apex.fence import ACTOR_PREFIX, Leases
+from apex.fence import Leases
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
+from apex.roles import ACTOR_PREFIX
 from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
 
 
@@ -95,6 +96,7 @@ class Coordinator:
         self._start_lines = StartLines(config, start_time)
         self._health = HealthLog(run_dir, config.logging, self._out)
         self._failure: NodeFailure | None = None
+        self._failure_time: float | None = None  # when it was recorded (Unix time)
         self._env_steps_per_item = float(get_builder(config).env_steps_per_item(config))
         self.verdict: StopVerdict | None = None
         self.final_checkpoint_timeout = 0.0  # seconds run() waits at a stop for the learner's
@@ -176,6 +178,12 @@ class Coordinator:
         beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
         shown = int((beat.get("counters") or {}).get("env_steps", 0) or 0)
         return max(steps, shown), episodes
+
+    def actor_items_inserted(self, actor_id: int) -> int:
+        """The items actor `actor_id`'s last beat counted as inserted (RPC; 0 if
+        none): a process started again counts on from them, as its env steps do."""
+        beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
+        return int((beat.get("counters") or {}).get("items_inserted", 0) or 0)
 
     def actor_restart_count(self, actor_id: int) -> int:
         """The restarts actor `actor_id`'s last beat counted (RPC; 0 if none): a
@@ -261,6 +269,7 @@ class Coordinator:
         with self._lock:
             if self._failure is None:  # the first failure is the likely cause
                 self._failure = failure
+                self._failure_time = time.time()
 
     def report_learner(
         self, steps: int, first_step_time: float | None, row: dict[str, Any]
@@ -303,7 +312,14 @@ class Coordinator:
         return self.replay.shard_figures()
 
     def summary(self) -> dict[str, Any]:
-        s = figures.summary(self._config, self.counters, self.replay, self.verdict, self._failure)
+        s = figures.summary(
+            self._config,
+            self.counters,
+            self.replay,
+            self.verdict,
+            self._failure,
+            self._failure_time,
+        )
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         s["network"] = self.partitions.costs(self.heartbeats.beats())
         s["network"].update(self._fence_figures())

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-ACTOR_PREFIX = "actor_"
-SHARD_PREFIX = "replay_"  # a replay shard in a process of its own
+from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
+
 WATCHED = (ACTOR_PREFIX, SHARD_PREFIX)
 UNREACHABLE_PERIODS = 3.0  # beat periods of silence before a node shows as unreachable
 COST_KEYS = ("reconnects", "items_lost_in_flight", "seconds_stalled")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ACTOR_PREFIX = "actor_"
+from apex.roles import ACTOR_PREFIX
 
 
 class ActorRestarts:

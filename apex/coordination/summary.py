@@ -37,9 +37,11 @@ def summary(
     replay: ReplayPoller,
     verdict: StopVerdict | None,
     failure: NodeFailure | None,
+    failure_time: float | None = None,
 ) -> dict[str, Any]:
     """summary.json's figures as of now (`verdict`: why the run stopped, None
-    while it runs; `failure`: the first failure recorded)."""
+    while it runs; `failure`: the first failure recorded, at Unix time
+    `failure_time`)."""
     now = time.time()
     c = counters
     info = replay.info
@@ -74,6 +76,11 @@ def summary(
             "solved_at_env_steps": None if solved is None else solved[1],
             "stop_reason": None if verdict is None else verdict.message,
             "failure": None if failure is None else failure.message,
+            # When the failure was recorded, in the run's clock: the launcher keeps
+            # it over a death it saw later (launch.summary.finalize_summary).
+            "failure_at_wall_seconds": (
+                None if failure is None or failure_time is None else failure_time - c.start
+            ),
             # Unix time wall_seconds count from (a resumed run's clock continues):
             # tools.plot draws every series against it.
             "clock_start_time": c.start,

@@ -67,6 +67,7 @@ class ActorNode:
             )
         hb.register_stack_dump(None, f"actor_{actor_id}")  # SIGUSR1: stacks to its log
         self._initial_counts = initial_counts  # (env steps, episodes) of a resumed run
+        self._initial_items = 0  # items inserted: a process started again counts on
         self._config = config
         self._builder = builder
         self._actor_id = actor_id
@@ -85,6 +86,7 @@ class ActorNode:
                 counts = tuple(self._coordinator.actor_counts(self._actor_id))
                 if counts[0] > self._initial_counts[0]:
                     self._initial_counts = (int(counts[0]), int(counts[1]))
+                self._initial_items = int(self._coordinator.actor_items_inserted(self._actor_id))
             except Exception:  # noqa: BLE001 - the coordinator may be gone: start from ours
                 pass
 
@@ -240,6 +242,7 @@ class ActorNode:
                 actor.resume_counts(previous)
             else:
                 actor.env_steps, actor.episodes = self._initial_counts
+                actor.items_written = self._initial_items
             actor.restarts = restarts
             actor.link = dict(holder.get("link", {}))
             holder["actor"] = actor

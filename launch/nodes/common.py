@@ -41,9 +41,12 @@ from launch.node_env import LAUNCHER_PID_ENV
 def node_should_stop() -> Callable[[], bool]:
     """The node's stop check. In a local_mp node process of its own it also sets
     the process's stop window, schedules a stack dump for a node that does not
-    stop in time, and starts the launcher watchdog."""
+    stop in time, starts the launcher watchdog, and makes SIGUSR1 dump every
+    thread's stack to the node's log if the node has not chosen a file (the Ray
+    launcher sends it to a node still running at the stop window's end)."""
     event = lp.stop_event()
     if compat.in_launchpad_node_process():
+        hb.register_stack_dump(None, "node")  # once per process: a node's own file stays
         lp.register_stop_handler(lambda: lifecycle.dump_stacks_later(STOP_WINDOW.stack_dump_after))
         compat.set_node_termination_window(STOP_WINDOW.kill_seconds)
         lifecycle.start_launcher_watchdog(int(os.environ.get(LAUNCHER_PID_ENV, "0") or 0))

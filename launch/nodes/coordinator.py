@@ -115,6 +115,9 @@ class CoordinatorNode:
     def actor_counts(self, actor_id):
         return self._coordinator.actor_counts(actor_id)
 
+    def actor_items_inserted(self, actor_id):
+        return self._coordinator.actor_items_inserted(actor_id)
+
     def actor_restart_count(self, actor_id):
         return self._coordinator.actor_restart_count(actor_id)
 
