@@ -22,6 +22,9 @@ each shard's figures and the learner's per-shard batches and acknowledged
 priority updates; `--cut_host shard` then cuts shard 1's host (with actor_1 on
 it: that actor is watched) and also measures the seconds from the link's
 return to the learner's first batch from that shard.
+`--tcp_rto_max_ms N` sets net.ipv4.tcp_rto_max_ms in every host (the most
+TCP waits between retransmissions; the kernel's default is 120 s), the
+setting docs/cluster.md recommends for partitions of the learner's host.
 A cut the program does not outlive (it stops, or a copy of the actor starts
 elsewhere) is recorded as such, with the launcher's lines about it (`events`).
 At the end, the replay-content checks of the tests (tests/replay_checks.py) run
@@ -124,8 +127,11 @@ def _events(lines: list[str], limit: int = 30) -> list[str]:
 
 
 def on_cluster(args, out_dir: str) -> dict:
-    cluster = netns.NetnsCluster(3)
-    result: dict = {}
+    sysctls = {}
+    if args.tcp_rto_max_ms:  # the most TCP waits between retransmissions (Linux >= 6.15)
+        sysctls["net.ipv4.tcp_rto_max_ms"] = str(args.tcp_rto_max_ms)
+    cluster = netns.NetnsCluster(3, sysctls=sysctls)
+    result: dict = {"sysctls": sysctls}
     try:
         cluster.up()
         t = time.time()
@@ -343,6 +349,12 @@ def main() -> None:
         "--override", action="append", default=[], help="another --config.X=Y for the program"
     )
     parser.add_argument("--out_dir", default="/tmp/apex-netns-bench")
+    parser.add_argument(
+        "--tcp_rto_max_ms",
+        type=int,
+        default=0,
+        help="set net.ipv4.tcp_rto_max_ms in every host (0: the kernel's, 120000)",
+    )
     args = parser.parse_args()
     args.cuts = [float(x) for x in args.cuts.split(",") if x]
     if args.cut_host == "shard" and args.shards < 2:
@@ -363,6 +375,9 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     tail = "" if args.cut_host == "actor" else f"-cut-{args.cut_host}"
     tail += f"-shards{args.shards}" if args.shards > 1 else ""
+    tail += f"-rto{args.tcp_rto_max_ms}" if args.tcp_rto_max_ms else ""
+    if args.cuts != [5.0, 30.0]:  # other cuts: a record of their own
+        tail += "-cuts" + "-".join(f"{c:g}" for c in args.cuts)
     print("wrote", save_results(f"netns_cluster{tail}", out))
 
 

@@ -138,9 +138,13 @@ class NetnsCluster:
       hosts: how many (h1..hN), each with address SUBNET.<FIRST_HOST + i>.
       prefix: the names' prefix (default anx<pid>; at most 10 characters, as
         interface names have at most 15).
+      sysctls: kernel settings of each namespace's network stack, e.g.
+        {"net.ipv4.tcp_rto_max_ms": "2000"} (set with sysctl -w in each).
     """
 
-    def __init__(self, hosts: int = 3, prefix: str | None = None):
+    def __init__(
+        self, hosts: int = 3, prefix: str | None = None, sysctls: dict[str, str] | None = None
+    ):
         if not 1 <= hosts <= 50:
             raise ValueError(f"hosts={hosts} is invalid: expected 1..50")
         self.prefix = prefix or f"anx{os.getpid()}"
@@ -155,6 +159,7 @@ class NetnsCluster:
         self.ray_started = False
         self._up = False
         self._uts = shutil.which("unshare") is not None
+        self.sysctls = dict(sysctls or {})
 
     # ------------------------------------------------------------- set-up
     def up(self) -> NetnsCluster:
@@ -175,6 +180,13 @@ class NetnsCluster:
                 _ip("addr", "add", f"{ip}/24", "dev", "eth0", ns=name)
                 _ip("link", "set", "eth0", "up", ns=name)
                 _ip("link", "set", "lo", "up", ns=name)
+                for key, value in self.sysctls.items():
+                    subprocess.run(
+                        ["ip", "netns", "exec", name, "sysctl", "-q", "-w", f"{key}={value}"],
+                        check=True,
+                        capture_output=True,
+                        timeout=30,
+                    )
         except BaseException:
             self.down()
             raise
