@@ -562,9 +562,8 @@ class RayLauncher:
             self._killed = True
             # Every thread's stack first (SIGUSR1: faulthandler, which writes even
             # while the main thread sits in C++), so that a hang is never silent;
-            # then the kill.
-            # A process that has exited is not late: its host's tick was (the
-            # next one brings its exit code).
+            # then the kill. A process that has exited is not late: its host's
+            # tick was (the next one brings its exit code).
             answers = {n: a for n, a in self._signal_all(signal.SIGUSR1).items() if a is not False}
             if answers:
                 self._say(

@@ -175,22 +175,23 @@ class Coordinator:
         second, reports less often, and a process killed between a beat and the
         next report would otherwise start again below what it had shown."""
         steps, episodes = self.counters.actor_counts(actor_id)
-        beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
-        shown = int((beat.get("counters") or {}).get("env_steps", 0) or 0)
-        return max(steps, shown), episodes
+        return max(steps, self._beat_count(actor_id, "env_steps")), episodes
+
+    def _beat_count(self, actor_id: int, key: str) -> int:
+        """Counter `key` of actor `actor_id`'s last beat (0 if none)."""
+        beat = self.heartbeats.beats().get(f"{ACTOR_PREFIX}{int(actor_id)}") or {}
+        return int((beat.get("counters") or {}).get(key, 0) or 0)
 
     def actor_items_inserted(self, actor_id: int) -> int:
         """The items actor `actor_id`'s last beat counted as inserted (RPC; 0 if
         none): a process started again counts on from them, as its env steps do."""
-        beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
-        return int((beat.get("counters") or {}).get("items_inserted", 0) or 0)
+        return self._beat_count(actor_id, "items_inserted")
 
     def actor_restart_count(self, actor_id: int) -> int:
         """The restarts actor `actor_id`'s last beat counted (RPC; 0 if none): a
         process started again counts on from them, so a slot's restarts never
         go back when an in-process restart came before a process's death."""
-        beat = self.heartbeats.beats().get(f"actor_{int(actor_id)}") or {}
-        return int((beat.get("counters") or {}).get("restarts", 0) or 0)
+        return self._beat_count(actor_id, "restarts")
 
     def node_finished(self, node: str) -> bool | None:
         """Whether `node` stopped or is gone (None: it never sent a beat)."""
