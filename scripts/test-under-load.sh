@@ -35,15 +35,19 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
 }
-# A signal to this script reaches the test run too (a background job of a
-# script ignores SIGINT itself), then the hogs go.
+# A signal to this script reaches the whole test run too, as Ctrl-C in a
+# terminal would (pytest then tears its fixtures down: no process is left),
+# then the hogs go. The run is a job in its own process group (set -m below):
+# without job control a script's background job ignores SIGINT, and so did
+# pytest, which ran on to its end (and the next run started).
+# SIGTERM too goes on as SIGINT: pytest tears its fixtures down only on that.
 stop() {
-  if [ -n "$run" ]; then kill "-$1" "$run" 2>/dev/null; wait "$run" 2>/dev/null; fi
-  exit "$2"
+  if [ -n "$run" ]; then kill -INT -- "-$run" 2>/dev/null; wait "$run" 2>/dev/null; fi
+  exit "$1"
 }
 trap cleanup EXIT
-trap 'stop INT 130' INT
-trap 'stop TERM 143' TERM
+trap 'stop 130' INT
+trap 'stop 143' TERM
 
 for _ in $(seq "$hogs"); do
   python3 -c 'while True: pass' &
@@ -54,8 +58,10 @@ echo "test-under-load: ${hogs} CPU hog(s) running (pids ${pids[*]}); ${runs} run
 passed=0
 for i in $(seq "$runs"); do
   start=$(date +%s)
+  set -m
   ./scripts/test.sh "$@" &
   run=$!
+  set +m
   wait "$run"
   code=$?
   run=""
