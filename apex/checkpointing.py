@@ -453,6 +453,11 @@ class RunCheckpointer:
         now = time.time() if now is None else now
         return self._period is not None and now - self._last >= self._period
 
+    def replace_client(self, shard: int, client: Any) -> None:
+        """Shard `shard` listens elsewhere now (apex.coordination.moves): its part of
+        every later checkpoint comes from `client`."""
+        self._clients[shard] = client
+
     @staticmethod
     def _replay_checkpoint(client: Any, name: str = "replay") -> str:
         """A fresh Reverb checkpoint path of a live server, moved out of its root safely."""

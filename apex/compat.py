@@ -403,6 +403,11 @@ def bind_node_addresses(node: Any, addresses: list[str]) -> None:
         address.bind(builder)
 
 
+def node_address(node: Any) -> str:
+    """HOST:PORT of the first address a node owns, as bound (bind_node_addresses)."""
+    return str(_require(node, "addresses", "launchpad Node.addresses", LAUNCHPAD_PIN)[0].resolve())
+
+
 def node_entry(node: Any) -> tuple[bytes, list[str]]:
     """(payload, argv tail): the node's function pickled as local_mp pickles it, and
     the command that runs it once the payload is in a file: argv tail + [path]."""

@@ -149,7 +149,7 @@ class Lease:
         return (
             f"[apex] {self.node} (pid {os.getpid()}): {why} (lease {self.seconds:g} s, "
             "cluster.actor_lost_after_seconds); this copy stops (fenced) so that its "
-            "replacement is the only one inserting"
+            "replacement is the only copy at work"
         )
 
     def watch(self, on_expire: Callable[[], None] | None = None) -> threading.Thread:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from apex.jsonio import write_json_atomic
-from apex.roles import ACTOR_PREFIX
+from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
 
 HEARTBEAT_DIR = "heartbeats"
 STACKS_DIR = "stacks"
@@ -208,19 +208,20 @@ class HeartbeatStore:
       run_dir: where heartbeat files go ('' or None: kept in memory only).
       silent_after: seconds without a beat after which a node on another host
         (whose process this host cannot look at) counts as gone.
-      actor_silent_after: the same for actors (None: `silent_after`); an actor
-        that holds a lease is lost past its lease (apex.fence).
+      leased_silent_after: the same for actors and replay shards (None:
+        `silent_after`): they hold leases, and are lost past their lease
+        (apex.fence).
     """
 
     def __init__(
         self,
         run_dir: str | None = None,
         silent_after: float = 60.0,
-        actor_silent_after: float | None = None,
+        leased_silent_after: float | None = None,
     ):
         self._dir = os.path.join(run_dir, HEARTBEAT_DIR) if run_dir else None
         self.silent_after = float(silent_after)
-        self.actor_silent_after = actor_silent_after
+        self.leased_silent_after = leased_silent_after
         self._beats: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         if self._dir is not None:
@@ -260,9 +261,9 @@ class HeartbeatStore:
 
     def silent_limit(self, beat: dict[str, Any]) -> float:
         """Seconds of silence after which the node of `beat` (on another host) is gone."""
-        is_actor = str(beat.get("node", "")).startswith(ACTOR_PREFIX)
-        if self.actor_silent_after is not None and is_actor:
-            return float(self.actor_silent_after)
+        leased = str(beat.get("node", "")).startswith((ACTOR_PREFIX, SHARD_PREFIX))
+        if self.leased_silent_after is not None and leased:
+            return float(self.leased_silent_after)
         return self.silent_after
 
     def finished(self, node: str) -> bool | None:

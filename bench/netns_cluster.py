@@ -114,6 +114,7 @@ def _stop(proc: subprocess.Popen) -> int:
 
 _EVENTS = re.compile(
     r"lost|fenc|restart|node failed|silent|stopping|stalled|reconnect|marked dead|Raylet is term"
+    r"|listens at|samples replay"
 )
 
 
@@ -124,6 +125,25 @@ def _events(lines: list[str], limit: int = 30) -> list[str]:
     """The launcher's lines about losses, fences, restarts and stops (not progress lines)."""
     found = [x.rstrip() for x in lines if _EVENTS.search(x) and not _PROGRESS.match(x)]
     return found[:limit]
+
+
+def _sampled_again(rows: list[dict], key: str, since: float, until: float) -> float | None:
+    """The time of the first learner row in (since, until) where counter `key`
+    (a shard's batches) grew again after it had stopped growing: the batches
+    queued before a cut drain first, then the count stalls, then a copy of the
+    shard started elsewhere serves (None: it did not, in that span)."""
+    last, stalled = None, False
+    for r in rows:
+        t = float(r["time"])
+        if t <= since or t >= until:
+            continue
+        value = r.get(key, 0) or 0
+        if last is not None and value == last:
+            stalled = True
+        elif stalled and last is not None and value > last:
+            return t
+        last = value
+    return None
 
 
 def on_cluster(args, out_dir: str) -> dict:
@@ -215,6 +235,17 @@ def on_cluster(args, out_dir: str) -> dict:
                     cut["first_row_during_cut_after_seconds"] = round(
                         float(during[0]["time"]) - cut_at, 1
                     )
+                if args.shards > 1:  # the shard started again elsewhere during the cut?
+                    again = _sampled_again(
+                        netns.metrics_rows(run_dir, "learner"),
+                        f"learner/batches_shard_{args.shards - 1}",
+                        cut_at,
+                        healed,
+                    )
+                    if again is not None:
+                        cut["shard_sampled_again_during_cut_after_seconds"] = round(
+                            again - cut_at, 1
+                        )
                 if proc.poll() is not None:
                     cut["program_exited_during_cut"] = proc.returncode
                     result["cuts"].append(cut)

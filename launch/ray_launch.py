@@ -22,7 +22,9 @@ actor starts again on another node that fits, under apex.restart's policy (the
 one a local actor follows after an exception); so does an actor the
 coordinator counts lost (cut off past cluster.actor_lost_after_seconds) or
 whose process fenced itself, after its old copy's lease has run out
-(launch.ray_replace, apex.fence); an actor's process that dies
+(launch.ray_replace, apex.fence), and so does a replay shard in a process of
+its own (empty, at a new address its clients are told:
+apex.coordination.moves; its actors start again after it); an actor's process that dies
 of a signal (SIGKILL, the OOM killer, a crash) while its NodeHost lives starts
 again under that host, under the same policy (launch.node_restarts); a server node's host (the
 learner's, the coordinator's) stops the program in order with "node failed".
@@ -137,6 +139,12 @@ class _Slot:
     @property
     def done(self) -> bool:
         return self.exit_code is not None
+
+
+def _movable(slot: _Slot) -> bool:
+    """Whether `slot`'s node starts again elsewhere when its host is lost: an actor,
+    or a replay shard in a process of its own."""
+    return slot.demand.label == "actor" or slot.demand.is_shard
 
 
 def still_running(answers: dict[str, bool | None]) -> str:
@@ -381,7 +389,7 @@ class RayLauncher:
         if self._stop.is_set():
             slot.exit_code = -1
             return
-        if slot.demand.label != "actor":
+        if not _movable(slot):
             slot.exit_code = -1
             self._fail(f"{reason}: {type(err).__name__}")
             return
@@ -439,8 +447,8 @@ class RayLauncher:
         ends it, and with it the node process, when its host can be reached
         again: a second fence) and the actor starts again on another node
         (`ended`: its process's exit was seen: no lease to wait out).
-        False: nothing to do (a stop, or not an actor)."""
-        if self._stop.is_set() or slot.demand.label != "actor" or slot.host is None:
+        False: nothing to do (a stop, or neither an actor nor a shard of its own)."""
+        if self._stop.is_set() or not _movable(slot) or slot.host is None:
             return False
         node = str(slot.info.get("node_id", "?"))
         try:
@@ -453,7 +461,7 @@ class RayLauncher:
         return True
 
     def _check_lost(self, period: float = 1.0) -> None:
-        """Every `period` s: the actors the coordinator counts lost are replaced."""
+        """Every `period` s: the actors and shards the coordinator counts lost are replaced."""
         now = time.time()
         if self._stop.is_set() or now < self._next_lost_check:
             return
@@ -478,7 +486,7 @@ class RayLauncher:
                 learner_nodes.add(node)
             if s.host is not None and not s.done:
                 used[node] = used.get(node, 0.0) + s.demand.cpus
-            elif s.demand.label == "actor":
+            elif _movable(s):
                 avoid.update(s.avoid)
         try:
             nodes = cluster_nodes(self._ray)
@@ -528,7 +536,7 @@ class RayLauncher:
             self._say(f"{slot.title} restarted under its NodeHost")
             self._record_placement()
             return
-        if self._fence_holds(slot):
+        if self._fence_holds(slot) or self._shard_pending(slot):
             return
         try:
             # Soft: if Ray finds no room there after all, it chooses.
@@ -543,7 +551,25 @@ class RayLauncher:
             return
         node = slot.info["node_id"][:8]
         self._say(f"{slot.title} restarted on Ray node {node} ({slot.info.get('ip')})")
+        if slot.demand.is_shard:
+            address = compat.node_address(slot.node)
+            if not self._coordinator.shard_moved(slot.demand.name, address):
+                self._say(f"the coordinator was not told that {slot.title} is at {address} now")
         self._record_placement()
+
+    def _shard_pending(self, slot: _Slot) -> bool:
+        """Whether actor `slot` writes to a shard that is being started again
+        elsewhere (its restart then waits for it, asked again every second: the
+        new copy of the actor must dial the shard's new address)."""
+        shard = slot.demand.shard
+        if slot.demand.label != "actor" or shard is None:
+            return False
+        for s in self._slots:
+            if s.demand.is_shard and s.demand.shard == shard and not s.done:
+                if s.host is None or s.restart_at is not None:
+                    slot.restart_at = time.time() + 1.0
+                    return True
+        return False
 
     def _forget(self, name: str) -> None:
         """Tells the coordinator the node's old beats are not a death."""

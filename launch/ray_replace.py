@@ -1,13 +1,16 @@
-"""What the Ray launcher asks the coordinator about lost actors, and where it
-starts one again (issue 31; apex.fence has the lease and why it
-fences).
+"""What the Ray launcher asks the coordinator about lost actors and replay
+shards, and where it starts one again (issue 31; apex.fence has the lease and
+why it fences).
 
 An actor is started again elsewhere when Ray reports its NodeHost dead, when
 its process fenced itself (exit FENCED_EXIT_CODE), or when the coordinator
-counts it lost (silent past its lease; `lost_actors`). Every time, the
-launcher first calls the coordinator's `fence_actor`, which refuses the old
+counts it lost (silent past its lease; `lost_nodes`); a replay shard in a
+process of its own when the coordinator counts it lost. Every time, the
+launcher first calls the coordinator's `fence_node`, which refuses the old
 copy's beats from then on and says how long the last lease granted to it may
-still hold; the new copy starts only after that.
+still hold; the new copy starts only after that. A shard's new copy listens
+at a new address: the launcher tells the coordinator (`shard_moved`), which
+tells the shard's clients (apex.coordination.moves).
 """
 
 from __future__ import annotations
@@ -45,13 +48,27 @@ class CoordinatorLink:
             pass
 
     def lost(self) -> list[tuple[str, str]]:
-        """[(actor, incarnation)] the coordinator counts lost ([] if it does not answer)."""
+        """[(node, incarnation)] the coordinator counts lost ([] if it does not answer)."""
         if self.address is None or self.lease_seconds <= 0:
             return []
         try:
-            return [(str(n), str(i)) for n, i in self._client().lost_actors()]
+            return [(str(n), str(i)) for n, i in self._client().lost_nodes()]
         except Exception:  # noqa: BLE001 - asked again at the next round
             return []
+
+    def shard_moved(self, name: str, address: str, tries: int = 5) -> bool:
+        """Tells the coordinator shard `name` listens at `address` now; whether it
+        heard (asked up to `tries` times: until it has, the shard's clients keep
+        dialling the old address)."""
+        for _ in range(max(1, tries)):
+            if self.address is None:
+                return False
+            try:
+                self._client().shard_moved(name, address)
+                return True
+            except Exception:  # noqa: BLE001 - asked again
+                continue
+        return False
 
     def fence(self, name: str) -> float:
         """Fences every copy of `name` seen so far; returns the seconds to wait before
@@ -61,7 +78,7 @@ class CoordinatorLink:
             return 0.0
         if self.address is not None:
             try:
-                return max(0.0, float(self._client().fence_actor(name)))
+                return max(0.0, float(self._client().fence_node(name)))
             except Exception:  # noqa: BLE001 - assume the longest lease
                 pass
         return fence.lost_after(self.lease_seconds)

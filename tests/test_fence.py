@@ -168,15 +168,15 @@ def test_the_coordinator_counts_a_remote_actor_lost_only_after_its_lease_and_a_m
     # the coordinator waits the margin more.
     assert lost_after(10.0) == 10.0 + LOST_MARGIN_SECONDS > 10.0
     coord.check_nodes(now=received + lost_after(10.0) - 0.01)
-    assert coord.lost_actors() == [] and coord.failure is None
+    assert coord.lost_nodes() == [] and coord.failure is None
     coord.check_nodes(now=received + lost_after(10.0) + 0.01)
-    assert coord.lost_actors() == [["actor_0", "a"]] and coord.failure is None
+    assert coord.lost_nodes() == [["actor_0", "a"]] and coord.failure is None
     # The lost copy's beats are refused (and not recorded) from now on.
     assert coord.heartbeat(_beat("a", 2.0)) == {"fenced": True}
     assert coord.heartbeats.beats()["actor_0"]["time"] == 1.0
     # The launcher fences it and waits out its last lease before the new copy.
-    wait = coord.fence_actor("actor_0")
-    assert 0.0 <= wait <= lost_after(10.0) and coord.lost_actors() == []
+    wait = coord.fence_node("actor_0")
+    assert 0.0 <= wait <= lost_after(10.0) and coord.lost_nodes() == []
     assert coord.heartbeat(_beat("b", 3.0, host="h3")) == {"lease_seconds": 10.0}
     network = coord.summary()["network"]
     assert (network["actors_lost"], network["actors_fenced"]) == (1, 1)
@@ -197,10 +197,10 @@ def test_an_actor_on_the_coordinators_host_is_never_lost_its_death_is_a_restart(
     beat = dict(_beat("a", 1.0, host=HOST), pid=os.getpid())
     coord.heartbeat(beat)
     coord.check_nodes(now=beat["time"] + 1000.0)
-    assert coord.lost_actors() == []
+    assert coord.lost_nodes() == []
     coord.heartbeat(dict(_beat("b", 2.0, host=HOST), pid=_dead_pid()))
     coord.check_nodes()
-    assert coord.lost_actors() == [] and coord.failure is None
+    assert coord.lost_nodes() == [] and coord.failure is None
     assert coord.actor_restarts.restarting == ["actor_0"]
 
 
@@ -209,7 +209,7 @@ def test_without_leases_beats_are_not_answered_and_silence_is_judged_as_before()
     assert coord.heartbeat(_beat("a", 1.0)) is None
     received = coord.heartbeats.beats()["actor_0"]["received"]
     coord.check_nodes(now=received + 30.0)
-    assert coord.lost_actors() == [] and coord.heartbeats.silent_after == 60.0
+    assert coord.lost_nodes() == [] and coord.heartbeats.silent_after == 60.0
 
 
 def test_fencing_a_copy_returns_how_long_its_last_lease_may_hold():
@@ -228,9 +228,9 @@ def test_a_copy_known_to_have_ended_leaves_no_lease_to_wait_out():
     simulated Ray cluster of tests/test_ray.py); elsewhere its lease is waited out."""
     coord = _coordinator(lease=10.0)
     coord.heartbeat(dict(_beat("a", 1.0, host=HOST), pid=_dead_pid()))
-    assert coord.fence_actor("actor_0") == 0.0
+    assert coord.fence_node("actor_0") == 0.0
     coord.heartbeat(_beat("b", 2.0, host="h2"))
-    assert coord.fence_actor("actor_0") > 0.0
+    assert coord.fence_node("actor_0") > 0.0
 
 
 def test_a_replacement_goes_to_a_node_with_room_away_from_the_lost_one():
@@ -270,3 +270,69 @@ def test_a_bad_actor_lost_time_is_refused_before_launch(value, shown, valid):
     assert err.value.field == "cluster.actor_lost_after_seconds"
     assert str(err.value).startswith(f"cluster.actor_lost_after_seconds={shown} is invalid: ")
     assert valid in str(err.value)
+
+
+def test_a_remote_shard_silent_past_its_lease_is_lost_not_failed_and_its_clients_follow(
+    tmp_path, small_config
+):
+    """A replay shard on another host holds a lease as an actor does: silent past
+    it (and the margin) it is counted lost with the items it held, not a failure;
+    once the launcher says where its new copy listens, the learner's and its
+    actors' beat replies say so, the replay figures carry its counts on, and
+    RUN_DIR/replay_addresses names the new address."""
+    import reverb
+
+    from apex.agents import make_tables
+    from apex.coordination import Coordinator
+    from apex.envs import env_spec
+    from apex.replay.shards import shard_config
+    from tests.test_shards_sampling import write_items
+
+    small_config.replay.num_shards = 2
+    tables = shard_config(small_config)
+    servers = [reverb.Server(make_tables(tables, env_spec(small_config.env))) for _ in range(3)]
+    try:
+        addresses = [f"localhost:{s.port}" for s in servers]
+        write_items(addresses[1], [1.0] * 30, first_id=0)
+        coord = Coordinator(
+            small_config,
+            str(tmp_path),
+            0.0,
+            replay_client=[reverb.Client(a) for a in addresses[:2]],
+            restart_grace=150.0,
+            lease_seconds=10.0,
+        )
+        coord.replay.poll()
+        beat = {"node": "replay_1", "incarnation": "r1", "host": "h2", "pid": 7, "time": 1.0,
+                "state": "idle", "period_seconds": 1.0}  # fmt: skip
+        assert coord.heartbeat(beat) == {"lease_seconds": 10.0}
+        received = coord.heartbeats.beats()["replay_1"]["received"]
+        coord.check_nodes(now=received + lost_after(10.0) - 0.01)
+        assert coord.lost_nodes() == [] and coord.failure is None
+        coord.check_nodes(now=received + lost_after(10.0) + 0.01)
+        assert coord.lost_nodes() == [["replay_1", "r1"]] and coord.failure is None
+        assert "shards lost 1 (replay_1 being replaced)" in coord.progress_line({})
+        assert coord.heartbeat(dict(beat, time=2.0)) == {"fenced": True}
+        coord.fence_node("replay_1")  # the launcher: counted once
+        coord.shard_moved("replay_1", addresses[2])
+        learner = {"node": "learner", "incarnation": "l", "host": HOST, "pid": os.getpid(),
+                   "time": 3.0, "state": "training", "period_seconds": 1.0}  # fmt: skip
+        assert coord.heartbeat(learner) == {"shards": {"replay_1": addresses[2]}}
+        actor_1 = dict(_beat("a", 3.0), node="actor_1")
+        assert coord.heartbeat(actor_1) == {"lease_seconds": 10.0, "replay_address": addresses[2]}
+        assert coord.heartbeat(_beat("b", 3.0)) == {"lease_seconds": 10.0}  # shard 0's actor
+        new = dict(beat, incarnation="r2", host="h3", time=4.0)
+        assert coord.heartbeat(new) == {"lease_seconds": 10.0}
+        coord.replay.poll()
+        figures = coord.shard_figures()["replay_1"]
+        assert figures["size"] == 0 and figures["inserts"] == 30, figures  # counts carried on
+        network = coord.summary()["network"]
+        assert (network["shards_lost"], network["items_lost_with_shards"]) == (1, 30), network
+        assert network["shards_moved"] == {"replay_1": addresses[2]}, network
+        with open(tmp_path / "replay_addresses") as f:
+            assert f.read().splitlines()[1] == f"replay_1 {addresses[2]}"
+        coord.check_nodes()
+        assert coord.failure is None and "replay_1 being replaced" not in coord.progress_line({})
+    finally:
+        for s in servers:
+            s.stop()

@@ -24,6 +24,7 @@ import pytest
 from apex import ConfigError
 from tests import netns
 from tests.procs import ROOT, STARTUP_TIMEOUT, STOP_TIMEOUT, wait_for_state, wait_until
+from tests.replay_checks import assert_final_checkpoint_nstep
 
 # ------------------------------------------------------------------ no cluster
 
@@ -160,6 +161,28 @@ def test_a_writer_cut_off_from_the_server_waits_and_says_so(reverb_server):
     w._should_stop = lambda: w.unreachable_since is not None
     assert w._wait(0, None) is False  # waited (no new writer for a server that is not there)
     assert w.unreachable_since is not None
+
+
+def test_a_writer_cut_off_from_a_shard_that_moved_asks_for_a_new_one_at_its_new_address(
+    reverb_server,
+):
+    """The coordinator said the shard listens elsewhere (apex.coordination.moves;
+    launch.nodes.actor sets `address_moved`): the writer stops waiting on the
+    old address and raises ReplayStalled(moved=True), and the actor takes a new
+    writer at the new address."""
+    import reverb
+
+    from apex.replay import ReplayStalled, TransitionWriter
+
+    client = reverb.Client(f"localhost:{reverb_server.port}")
+    w = TransitionWriter(client, "transitions", actor_id=0, epsilons=np.zeros(4))
+    w.stall_seconds = 0.2
+    w._writer = _BrokenStream()
+    w._client = reverb.Client("localhost:1")  # nothing answers there
+    w.address_moved = lambda: True
+    with pytest.raises(ReplayStalled, match="started again elsewhere") as err:
+        w._wait(0, None)  # unreachable at the first probe, and moved: no waiting on
+    assert err.value.moved and err.value.pending == 48 and w.unreachable_since is not None
 
 
 class _HeldTable:
@@ -394,31 +417,6 @@ def _assert_stopped_in_window(hosts, out: str, run_dir: str) -> None:
     wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")
 
 
-def _assert_right_nstep_values(run_dir: str, since: float | None = None) -> dict:
-    """The replay-content checks (tests/replay_checks.py) on every item of the
-    final checkpoint's every shard; returns the items' count by actor, and of
-    actor 0's those made after `since`."""
-    from apex import checkpointing
-    from apex.config import ApexConfig
-    from apex.replay.tables import unpack_item
-    from tests.replay_checks import assert_cartpole_nstep
-    from tools.replay_inspect import checkpoint_reader as cr
-
-    replay = ApexConfig().replay
-    path = checkpointing.latest_complete(run_dir)
-    assert path, f"no complete checkpoint in {run_dir}"
-    counts: dict = {"after": 0}
-    for shard_path in checkpointing.load(path).shard_paths:
-        for item in cr.iter_items(shard_path, "transitions"):
-            data = unpack_item(item.data)
-            assert_cartpole_nstep(data, replay.discount, replay.n_step)
-            actor = int(data["actor"])
-            counts[actor] = counts.get(actor, 0) + 1
-            if since is not None and actor == 0 and float(data["insert_time"]) > since:
-                counts["after"] += 1
-    return counts
-
-
 @pytest.mark.multihost
 @pytest.mark.integration
 @pytest.mark.timeout(600)
@@ -500,7 +498,7 @@ def test_three_hosts_train_a_cut_actor_host_comes_back_and_ctrl_c_stops_in_its_w
     assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
     assert summary["network"]["seconds_unreachable"] > 0, summary["network"]
     assert summary["network"]["longest_silence_seconds"].get("actor_0", 0) >= 8, summary
-    counts = _assert_right_nstep_values(run_dir, since=healed)
+    counts = assert_final_checkpoint_nstep(run_dir, since=healed)
     assert counts.get(0) and counts.get(1) and counts["after"] > 0, counts
 
 
@@ -532,7 +530,7 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     _assert_stopped_in_window(hosts, out, run_dir)
     summary = program.summary()
     assert summary["stop_reason"] == "stopped" and summary["checkpoint"], summary
-    _assert_right_nstep_values(run_dir)
+    assert_final_checkpoint_nstep(run_dir)
 
     # Two shards, a stop criterion
     run_dir = str(tmp_path / "shards")
@@ -566,7 +564,7 @@ def test_across_hosts_sigterm_and_a_stop_criterion_stop_every_node_in_the_window
     for s in (0, 1):
         assert last.get(f"learner/batches_shard_{s}", 0) > 0, last
         assert last.get(f"learner/priority_updates_acked_shard_{s}", 0) > 0, last
-    counts = _assert_right_nstep_values(run_dir)
+    counts = assert_final_checkpoint_nstep(run_dir)
     assert counts.get(0) and counts.get(1), counts
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from tests import netns
 from tests.procs import STARTUP_TIMEOUT, STOP_TIMEOUT, wait_for_state, wait_until
+from tests.replay_checks import assert_final_checkpoint_nstep
 
 LEASE = 6  # seconds: cluster.actor_lost_after_seconds (lost at LEASE + 5 s)
 
@@ -166,4 +167,123 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
     with open(os.path.join(run_dir, "summary.json")) as f:
         network = json.load(f)["network"]
     assert network["actors_fenced"] >= 1, network
+    wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")
+
+
+@pytest.mark.multihost
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_follow(
+    hosts, tmp_path
+):
+    """Two replay shards: replay_1 and its actor (actor_1) on one actor host,
+    actor_0 on the other (half a CPU each, so that both fit on one host). That
+    host is cut for longer than the lost time: the old replay_1 ends itself
+    (fenced) before the link returns, the coordinator counts it lost with its
+    items, and the launcher starts it again, empty, on the other actor host
+    while the link is still down, then actor_1 after it. The learner samples
+    the new replay_1 and actor_1 inserts into it (its new address came with
+    the coordinator's replies and with the new copy's handles). Ctrl-C: exit
+    130, summary.json counts the lost shard and its items, RUN_DIR's
+    replay_addresses names the new address, the final checkpoint holds both
+    shards with right n-step values (the new replay_1 only items made after
+    the cut: it started empty), and no node process is left."""
+    started = time.time()
+    run_dir = str(tmp_path / "run")
+    program = netns.ClusterProgram(
+        hosts,
+        run_dir,
+        "netns-shard-fence",
+        f"--config.cluster.actor_lost_after_seconds={LEASE}",
+        "--config.replay.num_shards=2",
+        "--config.cluster.actor_cpus=0.5",
+        "--config.cluster.replay_cpus=0.5",
+        "--config.evaluation.period_seconds=600",
+        "--config.stop.max_wall_seconds=900",
+    )
+    proc, lines = program.proc, program.lines
+    victim = None
+
+    def batches_of_shard_1() -> int:
+        rows = netns.metrics_rows(run_dir, "learner")
+        return int(rows[-1].get("learner/batches_shard_1", 0) or 0) if rows else 0
+
+    try:
+        wait_for_state(run_dir, lambda s: (s.get("learner_steps") or 0) > 0, STARTUP_TIMEOUT)
+        nodes = _placement(run_dir)
+        assert nodes["actor_1"]["ip"] == nodes["replay_1"]["ip"] != hosts.ips[0], nodes
+        assert nodes["actor_0"]["ip"] not in (hosts.ips[0], nodes["replay_1"]["ip"]), nodes
+        victim = hosts.ips.index(nodes["replay_1"]["ip"])
+        survivor = hosts.ips[hosts.ips.index(nodes["actor_0"]["ip"])]
+        wait_until(lambda: batches_of_shard_1() > 0, STARTUP_TIMEOUT, "batches from replay_1")
+        old = netns.node_beat(run_dir, "replay_1")
+        old_actor = netns.node_beat(run_dir, "actor_1")
+        assert old.get("pid") and old_actor.get("pid"), (old, old_actor)
+        hosts.cut(victim)
+        cut_at = time.time()
+
+        def moved() -> dict:
+            b = netns.node_beat(run_dir, "replay_1")
+            there = _placement(run_dir).get("replay_1", {}).get("ip") == survivor
+            return b if there and b.get("incarnation") not in (None, old["incarnation"]) else {}
+
+        first = wait_until(moved, 240, lambda: f"replay_1 started on {survivor}: {lines[-8:]}")
+        assert first["time"] > cut_at + LEASE  # only past the old copy's lease
+        sampled = batches_of_shard_1()
+        wait_until(
+            lambda: batches_of_shard_1() > sampled + 20,
+            120,
+            lambda: (
+                f"the learner sampling the new replay_1: {program.tail(('learner', 'replay_1'), 8)}"
+            ),
+        )
+
+        def actor_moved() -> dict:
+            b = netns.node_beat(run_dir, "actor_1")
+            new = b.get("incarnation") not in (None, old_actor["incarnation"])
+            return b if new and b.get("counters", {}).get("items_inserted") else {}
+
+        inserting = wait_until(actor_moved, 240, lambda: f"actor_1 started again: {lines[-8:]}")
+        wait_until(
+            lambda: (
+                netns.node_beat(run_dir, "actor_1").get("counters", {}).get("items_inserted", 0)
+                > inserting["counters"]["items_inserted"] + 100
+            ),
+            120,
+            "the new actor_1 inserting into the new replay_1",
+        )
+        # Before the link returns: the old shard and the old actor ended themselves.
+        assert not _alive(int(old["pid"])), f"the old replay_1 (pid {old['pid']}) still runs"
+        assert not _alive(int(old_actor["pid"])), f"the old actor_1 ({old_actor['pid']}) runs"
+        hosts.heal(victim)
+        victim_healed = victim
+        victim = None
+        wait_until(
+            lambda: netns.node_beat(run_dir, "replay_1").get("time", 0) > time.time() - 2,
+            60,
+            "replay_1's beats after the heal",
+        )
+        assert netns.node_beat(run_dir, "replay_1")["incarnation"] == first["incarnation"]
+        os.killpg(proc.pid, signal.SIGINT)
+        out = program.wait()
+    finally:
+        if victim is not None:
+            hosts.heal(victim)
+        program.kill()
+        for folder in glob.glob(os.path.join(tempfile.gettempdir(), "apex-node-*")):
+            if os.path.getmtime(folder) >= started:  # the killed NodeHosts' folders
+                shutil.rmtree(folder, ignore_errors=True)
+    assert proc.returncode == 130, out[-4000:]
+    assert "replay_1 listens at" in out and f"{survivor}:" in out, out[-4000:]
+    assert "learner: samples replay_1 at" in out, out[-4000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        network = json.load(f)["network"]
+    assert network["shards_lost"] == 1 and network["items_lost_with_shards"] > 0, network
+    assert network["shards_moved"]["replay_1"].startswith(survivor + ":"), network
+    with open(os.path.join(run_dir, "replay_addresses")) as f:
+        assert f"replay_1 {network['shards_moved']['replay_1']}" in f.read()
+    # The new replay_1 started empty: every item it holds was made after the cut.
+    counts = assert_final_checkpoint_nstep(run_dir, since=cut_at, actor_id=1)
+    assert counts["shard", 0] and counts["shard", 1] == counts["after"] > 0, counts
+    assert hosts.ips[victim_healed] != survivor
     wait_until(lambda: not _node_processes(hosts), STOP_TIMEOUT, "every node process to exit")

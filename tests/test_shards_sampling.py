@@ -378,3 +378,52 @@ def test_the_stop_drain_survives_a_shard_that_cannot_be_reached():
         threading.excepthook = hook
     assert crashes == []
     assert drawn >= 5  # the reachable shard was drained (its dataset ends and restarts)
+
+
+def test_a_shard_started_again_elsewhere_is_sampled_updated_and_counted_there(shards, small_config):
+    """Learner.move_shard (what the learner node does when the coordinator says a
+    shard moved): the batches of that shard come from the new server, its
+    priority updates land there, and the per-shard counts carry on."""
+    addresses = shards(2)
+    small_config.actor.num_actors = 2
+    small_config.learner.priority_update_period = 1
+    fill_by_actors(small_config, addresses, 100)
+    learner = Learner(small_config, env_spec(small_config.env), addresses)
+    learner.start_priority_updates()
+    steps = 0
+    while min(learner._sampler.batches) == 0:
+        learner.step()
+        steps += 1
+        assert steps < 40
+    learner.flush_priorities()
+    before = learner.report(0.0, None)
+    shards.servers[1].stop()  # the old copy is gone
+    moved = reverb.Server(make_tables(shard_config(small_config), env_spec(small_config.env)))
+    try:
+        new_address = f"localhost:{moved.port}"
+        fill_by_actors(small_config, [addresses[0], new_address], 100)
+        new_keys = set(table_priorities(new_address))
+        learner.move_shard(1, new_address)
+        assert learner.replay_clients[1].server_address == new_address
+        from_new = []
+        while len(from_new) < 3:
+            learner.step()
+            steps += 1
+            assert steps < 400
+            keys, _, prios = learner.last_update
+            if learner.last_draw.shard == 1:
+                assert set(keys.tolist()) <= new_keys, "a batch of shard 1 from its old copy"
+                from_new.append(dict(zip(keys.tolist(), prios.tolist())))
+        learner.flush_priorities()
+        after = table_priorities(new_address)
+        for update in from_new[-1:]:  # the newest values sent landed on the new copy
+            for key, p in update.items():
+                assert after[key] == pytest.approx(p, rel=1e-5)
+        row = learner.report(0.0, None)
+        assert row["learner/batches_shard_1"] >= before["learner/batches_shard_1"] + 3
+        sent = row["learner/priority_updates_sent_shard_1"]
+        assert sent > before["learner/priority_updates_sent_shard_1"]
+        assert row["learner/priority_updates_acked_shard_1"] == sent
+    finally:
+        learner.close()
+        moved.stop()

@@ -382,9 +382,11 @@ class ClusterConfig:
     """An actor on another host that has not heard from the coordinator for this
     long stops itself (fenced: its lease ran out); the coordinator counts it
     lost 5 s later and the launcher starts it again on a host that can reach
-    the program (docs/cluster.md, "When the network fails"). At least 4
-    heartbeat periods. None: no leases, and an actor silent for 60 s stops the
-    program."""
+    the program (docs/cluster.md, "When the network fails"). A replay shard in
+    a process of its own (replay.num_shards > 1) holds the same lease: it is
+    started again empty, its items counted lost, and the learner and its
+    actors follow it to its new address. At least 4 heartbeat periods. None:
+    no leases, and an actor or shard silent for 60 s stops the program."""
 
 
 @dataclasses.dataclass

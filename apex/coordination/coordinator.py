@@ -18,6 +18,7 @@ from apex.coordination import stop as stopping
 from apex.coordination import summary as figures
 from apex.coordination.counters import RunCounters
 from apex.coordination.health import HealthLog
+from apex.coordination.moves import ShardMoves, shard_index
 from apex.coordination.partitions import Partitions
 from apex.coordination.replay_poll import ReplayPoller
 from apex.coordination.restarts import ActorRestarts
@@ -26,7 +27,7 @@ from apex.doctor import Finding
 from apex.fence import Leases
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
-from apex.roles import ACTOR_PREFIX
+from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
 from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
 
 
@@ -58,11 +59,12 @@ class Coordinator:
       restart_grace: seconds a dead actor has to come back when its launcher
         restarts actor processes (0: a dead actor is a failure at once;
         apex.coordination.restarts).
-      lease_seconds: the lease actors hold (cluster.actor_lost_after_seconds,
-        when a launcher replaces lost actors; 0: no leases).
-        An actor on another host silent past it (plus a margin) counts as lost:
-        `lost_actors` names it for the launcher, which starts it again
-        (apex.fence).
+      lease_seconds: the lease actors and replay shards in processes of their
+        own hold (cluster.actor_lost_after_seconds, when a launcher replaces
+        lost nodes; 0: no leases). An actor or shard on another host silent past
+        it (plus a margin) counts as lost: `lost_nodes` names it for the
+        launcher, which starts it again (apex.fence; a shard's new address
+        then reaches its clients: apex.coordination.moves).
 
     Attributes:
       verdict: why the run stopped (None while it runs).
@@ -104,10 +106,11 @@ class Coordinator:
         self.heartbeats = HeartbeatStore(
             run_dir,
             silent_after=silent_after,
-            actor_silent_after=self.leases.lost_after if self.leases is not None else None,
+            leased_silent_after=self.leases.lost_after if self.leases is not None else None,
         )
-        self._lost: dict[str, str] = {}  # actor -> the copy counted lost, until replaced
+        self._lost: dict[str, str] = {}  # node -> the copy counted lost, until replaced
         self.actors_lost = 0
+        self.moves = ShardMoves(int(config.replay.num_shards))  # shards lost and moved
         self.actor_restarts = ActorRestarts(restart_grace)
         self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
         self._node_metrics: dict[str, MetricsWriter] = {}
@@ -130,36 +133,51 @@ class Coordinator:
     # --------------------------------------------------------- control plane
     def heartbeat(self, beat: dict[str, Any]) -> dict[str, Any] | None:
         """A node's beat (RPC): recorded, and written to RUN_DIR/heartbeats for tools.
-        With leases, an actor's beat is answered with its lease renewed
-        ({'lease_seconds': L}), or with {'fenced': True} (not recorded) for a
-        copy that was counted lost (apex.fence)."""
+        With leases, an actor's or a shard's beat is answered with its lease
+        renewed ({'lease_seconds': L}), or with {'fenced': True} (not recorded)
+        for a copy that was counted lost (apex.fence). Once a shard has moved,
+        the replies to the learner and to that shard's actors also say where it
+        listens now (apex.coordination.moves)."""
         node = str(beat.get("node", ""))
-        if self.leases is not None and node.startswith(ACTOR_PREFIX):
+        reply: dict[str, Any] = {}
+        if self.leases is not None and node.startswith((ACTOR_PREFIX, SHARD_PREFIX)):
             reply = self.leases.grant(
                 node, beat.get("incarnation"), beat.get("host"), beat.get("pid")
             )
             if reply.get("fenced"):
                 return reply
-            self.heartbeats.record(beat)
-            return reply
         self.heartbeats.record(beat)
-        return None
+        reply.update(self.moves.reply_for(node))
+        return reply or None
 
-    def lost_actors(self) -> list[list[str]]:
-        """[[actor, incarnation]] of the actors counted lost and not yet started
-        again (RPC: the Ray launcher asks, then calls `fence_actor`)."""
+    def lost_nodes(self) -> list[list[str]]:
+        """[[node, incarnation]] of the actors and shards counted lost and not yet
+        started again (RPC: the Ray launcher asks, then calls `fence_node`)."""
         with self._lock:
             return [[n, i] for n, i in sorted(self._lost.items())]
 
-    def fence_actor(self, node: str) -> float:
+    def fence_node(self, node: str) -> float:
         """The launcher starts `node` again (RPC): every copy of it seen so far is
         fenced (its beats refused from now on); returns the seconds the last
         lease granted to them may still hold: the new copy starts after that."""
         with self._lock:
             self._lost.pop(node, None)
+        if node.startswith(SHARD_PREFIX):  # also when Ray, not the lease, said it was gone
+            self.moves.lost(node, self.replay.size(shard_index(node)))
         if self.leases is None:
             return 0.0
         return self.leases.fence(node)
+
+    def shard_moved(self, node: str, address: str) -> None:
+        """The launcher started shard `node` again at `address` (RPC): polled
+        there, named in RUN_DIR/replay_addresses, and told to the learner and the
+        shard's actors with their next beats (apex.coordination.moves)."""
+        self.replay.move(shard_index(node), address, self._run_dir)
+        self.moves.moved(node, address)
+        self._print(
+            f"[apex] {node} listens at {address} now (started again, empty); the learner "
+            "and its actors are told with their next beats"
+        )
 
     def forget_node(self, node: str) -> None:
         """The launcher restarts `node` on another host (RPC): its old beats are not
@@ -324,6 +342,7 @@ class Coordinator:
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         s["network"] = self.partitions.costs(self.heartbeats.beats())
         s["network"].update(self._fence_figures())
+        s["network"].update(self.moves.figures())
         return s
 
     def _fence_figures(self) -> dict[str, int]:
@@ -353,10 +372,15 @@ class Coordinator:
         line = figures.progress_line(self.counters, self.replay, self.env_steps_now(), rates)
         line += self.partitions.text(self.heartbeats.beats(), time.time())
         with self._lock:
-            lost = sorted(self._lost)
+            lost = sorted(n for n in self._lost if n.startswith(ACTOR_PREFIX))
         if lost or self.actors_lost:
             line += f" | actors lost {self.actors_lost}" + (
                 f" ({', '.join(lost)} being replaced)" if lost else ""
+            )
+        if self.moves.shards_lost:
+            moving = self.moves.being_replaced
+            line += f" | shards lost {self.moves.shards_lost}" + (
+                f" ({', '.join(moving)} being replaced)" if moving else ""
             )
         return line + self.actor_restarts.text(self.heartbeats.beats())
 
@@ -374,6 +398,9 @@ class Coordinator:
         fences = self._fence_figures()
         row["coordinator/actors_lost"] = fences["actors_lost"]
         row["coordinator/actors_fenced"] = fences["actors_fenced"]
+        if self.replay.sharded:
+            row["coordinator/shards_lost"] = self.moves.shards_lost
+            row["coordinator/items_lost_with_shards"] = self.moves.items_lost
         self._metrics.write(row)
 
     # ---------------------------------------------------------------- loop
@@ -470,6 +497,12 @@ class Coordinator:
         now = time.time() if now is None else now
         dead = self.heartbeats.dead(now)
         self._count_lost(dead, now)
+        if self.leases is not None:  # a copy counted lost is being replaced: no death
+            dead = [
+                b
+                for b in dead
+                if not self.leases.is_fenced(str(b.get("node")), str(b.get("incarnation")))
+            ]
         # A dead actor that its launcher restarts has a grace to come back.
         dead = self.actor_restarts.past_grace(dead, now)
         if not dead or self._failure is not None:
@@ -481,28 +514,39 @@ class Coordinator:
         return failure
 
     def _count_lost(self, dead: list[dict[str, Any]], now: float) -> None:
-        """Actors on another host silent past their lease (and the margin): lost.
-        Their copy has stopped itself by now (fenced); its beats are refused from
-        here on, and the launcher starts the actor again (`lost_actors`)."""
+        """Actors and shards on another host silent past their lease (and the
+        margin): lost. Their copy has stopped itself by now (fenced); its beats
+        are refused from here on, and the launcher starts the node again
+        (`lost_nodes`); a shard's items are counted lost with it."""
         if self.leases is None:
             return
         for beat in dead:
             node, copy = str(beat.get("node", "")), str(beat.get("incarnation"))
-            if not node.startswith(ACTOR_PREFIX) or beat.get("host", HOST) == HOST:
+            shard = node.startswith(SHARD_PREFIX)
+            if not (shard or node.startswith(ACTOR_PREFIX)) or beat.get("host", HOST) == HOST:
                 continue  # on this host its process is watched: a death, not a loss
             if self.leases.is_fenced(node, copy):
                 continue
             self.leases.fence(node)
+            items = self.replay.size(shard_index(node)) if shard else 0
             with self._lock:
                 self._lost[node] = copy
-                self.actors_lost += 1
+                if shard:
+                    self.moves.lost(node, items)
+                else:
+                    self.actors_lost += 1
             quiet = now - float(beat.get("received", beat.get("time", now)))
+            again = (
+                f"it starts again, empty, on a host that can reach the program; its {items:,} "
+                "items are lost"
+                if shard
+                else "it starts again on a host that can reach the program"
+            )
             self._print(
                 f"[apex] {node} on {beat.get('host')}: no beat for {quiet:.0f} s (past its "
                 f"lease, cluster.actor_lost_after_seconds={self.leases.seconds:g}, + "
                 f"{self.leases.lost_after - self.leases.seconds:g} s): counted lost; its copy "
-                "there has stopped itself (fenced); it starts again on a host that can reach "
-                "the program"
+                f"there has stopped itself (fenced); {again}"
             )
 
     def check_health(self, now: float | None = None) -> list[Finding]:

@@ -4,9 +4,9 @@ than the coordinator's) is silent, and what an actor's partitions cost once it
 is back.
 
 A shard in a process of its own beats like an actor (launch.nodes.replay):
-while cut it shows as `replay_1 9 s` in the same list. It has no lease: past
-the coordinator's dead-node window the program stops in order
-(apex.coordination.health), as for a dead shard.
+while cut it shows as `replay_1 9 s` in the same list. On Ray it holds a lease
+as an actor does: cut past it, it is counted lost and started again elsewhere
+(apex.coordination.moves).
 
 While cut, an actor's beats do not arrive: the progress line names it
 (`actor_0 unreachable 12 s`) once its last beat is older than `UNREACHABLE_PERIODS`

@@ -23,6 +23,8 @@ shard s on line s+1, `<shard name> <HOST:PORT>`, e.g. `replay_1 localhost:40123`
 SHARD_KEYS = ("size", "inserts", "samples", "samples_per_insert")
 # The figures kept of a table's stats (apex.replay.stats.stats_from_server_info).
 INFO_KEYS = ("size", "capacity", "inserts", "samples", "samples_per_insert", "unique_samples")
+# The counts a shard started again elsewhere carries on from its earlier copies.
+CARRIED_KEYS = ("inserts", "samples", "unique_samples")
 
 
 class ReplayPoller:
@@ -51,6 +53,9 @@ class ReplayPoller:
         # figures (INFO_KEYS), shard s at index s.
         self._shard_stats: list[dict[str, Any] | None] = [None] * n
         self._shard_info: list[dict[str, float]] = [{} for _ in self.clients]
+        # A shard started again elsewhere (apex.coordination.moves): the counts of
+        # its earlier copies, added to its new copy's so that no count goes back.
+        self._carried: list[dict[str, float]] = [{} for _ in self.clients]
 
     @property
     def sharded(self) -> bool:
@@ -73,6 +78,24 @@ class ReplayPoller:
             ]
             with open(os.path.join(run_dir, REPLAY_ADDRESSES_FILE), "w") as f:
                 f.writelines(lines)
+
+    def move(self, shard: int, address: str, run_dir: str = "") -> int:
+        """Shard `shard` listens at `address` now (a new, empty copy): polled there
+        from now on, its inserts and samples so far carried on, the addresses
+        files written again. Returns the items its last figures held (lost)."""
+        import reverb  # deferred: the coordinator's module loads without TensorFlow
+
+        last = self._shard_info[shard]
+        carried = self._carried[shard]
+        for key in CARRIED_KEYS:
+            carried[key] = float(last.get(key, carried.get(key, 0.0)) or 0.0)
+        self.clients[shard] = reverb.Client(address)
+        self.write_addresses(run_dir)
+        return int(last.get("size", 0) or 0)
+
+    def size(self, shard: int) -> int:
+        """Shard `shard`'s size as of the last poll it answered (0: never)."""
+        return int(self._shard_info[shard].get("size", 0) or 0)
 
     def poll(self) -> None:
         """Asks every server for its figures; a server that does not answer keeps
@@ -101,7 +124,14 @@ class ReplayPoller:
                 continue
             if stats:  # the shard's one table
                 self._shard_stats[s] = stats[0]
-                self._shard_info[s] = {k: stats[0][k] for k in INFO_KEYS}
+                info = {k: stats[0][k] for k in INFO_KEYS}
+                for key, value in self._carried[s].items():  # its earlier copies' counts
+                    info[key] = info[key] + type(info[key])(value)
+                if self._carried[s]:
+                    info["samples_per_insert"] = (
+                        info["samples"] / info["inserts"] if info["inserts"] else 0.0
+                    )
+                self._shard_info[s] = info
         known = [i for i in self._shard_info if i]
         if not known:
             return

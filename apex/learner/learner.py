@@ -399,6 +399,15 @@ class Learner(acme_core.Saveable):
         """Shard 0's client (the only one with one server); all: replay_clients."""
         return self.replay_clients[0]
 
+    def move_shard(self, shard: int, address: str) -> None:
+        """Shard `shard` was started again elsewhere and listens at `address`
+        (apex.coordination.moves): sampled there, its priority updates and its
+        part of every later checkpoint go there (replay_clients updated in place)."""
+        client = self._batches.move(shard, address)
+        self._priorities.move(shard, client)
+        if self.checkpointer is not None:
+            self.checkpointer.replace_client(shard, client)
+
     def close(self) -> None:
         """Stops the sampler's threads (S > 1), the priority updater and closes
         the metrics files (idempotent)."""

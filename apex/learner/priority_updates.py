@@ -45,6 +45,10 @@ class PriorityFeedback:
         """Queues a batch's new priorities for the shard it came from."""
         self._updater.put(keys, priorities, shard)
 
+    def move(self, shard: int, client: reverb.Client) -> None:
+        """Shard `shard` listens elsewhere now: its updates go through `client`."""
+        self._updater.replace(shard, client)
+
     def flush(self) -> None:
         """Blocks until every update so far reached Reverb (every shard)."""
         self._updater.flush()

@@ -47,24 +47,39 @@ class LearnerBatches:
         self._config = config
         self._table = table
         self.num_shards = len(addresses)
+        self._signature, self._transform = signature, transform
         self.clients = [reverb.Client(a) for a in addresses]
-        self.datasets = [
-            make_dataset(
-                a,
-                signature,
-                lc.batch_size,
-                num_workers=lc.num_sample_workers,
-                prefetch=lc.prefetch_batches,
-                in_flight_batches=lc.in_flight_batches,
-                table=table,
-                transform=transform,
-            )
-            for a in addresses
-        ]
+        self.datasets = [self._dataset(a) for a in addresses]
         self.dataset = self.datasets[0]
         self.sampler: ShardedSampler | None = None
         if self.num_shards > 1:
             self.sampler = ShardedSampler(self.datasets, self.clients, table, seed=lc.seed)
+
+    def _dataset(self, address: str) -> Any:
+        lc = self._config.learner
+        return make_dataset(
+            address,
+            self._signature,
+            lc.batch_size,
+            num_workers=lc.num_sample_workers,
+            prefetch=lc.prefetch_batches,
+            in_flight_batches=lc.in_flight_batches,
+            table=self._table,
+            transform=self._transform,
+        )
+
+    def move(self, shard: int, address: str) -> reverb.Client:
+        """Shard `shard` (S > 1) listens at `address` now: sampled, sized and
+        drained there. Returns its new client (the lists `clients` and
+        `datasets` are updated in place)."""
+        if self.sampler is None or not 0 <= shard < self.num_shards:
+            raise ValueError(f"shard {shard} of {self.num_shards} cannot move")
+        client = reverb.Client(address)
+        dataset = self._dataset(address)
+        self.clients[shard] = client
+        self.datasets[shard] = dataset
+        self.sampler.replace(shard, dataset, client)
+        return client
 
     @property
     def element_spec(self) -> Any:

@@ -80,7 +80,9 @@ class ShardedSampler:
     A shard whose sampling fails (e.g. its server is gone) is reported once
     (`log`) and retried every `retry_seconds`; `next()` raises that error only
     when every shard has failed since it last served (one server down must not
-    stop the learner; all of them down is the single server's failure).
+    stop the learner; all of them down is the single server's failure). A shard
+    started again elsewhere is sampled at its new address once `replace` is
+    called (apex.coordination.moves).
 
     Args:
       datasets: one per shard (shard s at index s), elements ReplaySample(info, data).
@@ -117,6 +119,9 @@ class ShardedSampler:
         self._errors: list[Exception | None] = [None] * self.num_shards
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
+        # Each shard's drainer generation: a drainer of an older one (a shard
+        # that moved, its sample perhaps still waiting on the old address) ends.
+        self._generation = [0] * self.num_shards
         self.batches = [0] * self.num_shards  # batches handed out by next(), per shard
 
     @property
@@ -132,11 +137,34 @@ class ShardedSampler:
         for s in range(self.num_shards):  # N counts every shard from the first draw
             self._refresh_size(s)
         for s in range(self.num_shards):
-            t = threading.Thread(
-                target=self._drain, args=(s,), name=f"learner-sample-{s}", daemon=True
-            )
-            self._threads.append(t)
-            t.start()
+            self._start_drainer(s)
+
+    def _start_drainer(self, shard: int) -> None:
+        t = threading.Thread(
+            target=self._drain,
+            args=(shard, self._generation[shard]),
+            name=f"learner-sample-{shard}",
+            daemon=True,
+        )
+        self._threads.append(t)
+        t.start()
+
+    def replace(self, shard: int, dataset: tf.data.Dataset, client: reverb.Client) -> None:
+        """Shard `shard` listens elsewhere now (a new copy: apex.coordination.moves):
+        sampled through `dataset` and sized through `client` from now on. The
+        batches still queued from its old copy are dropped; the old drainer
+        ends when its sample returns (a daemon thread, whatever that takes)."""
+        with self._cv:
+            self._generation[shard] += 1
+            self._datasets[shard] = dataset
+            self._clients[shard] = client
+            self._queues[shard].clear()
+            self._errors[shard] = None
+            self._sizes[shard] = 0
+            self._cv.notify_all()
+        if self._threads and not self._closed.is_set():
+            self._refresh_size(shard)
+            self._start_drainer(shard)
 
     def next(self, should_stop: Callable[[], bool] | None = None) -> ShardBatch | None:
         """The next batch; waits while no shard has one ready, checking
@@ -166,9 +194,9 @@ class ShardedSampler:
         except Exception:  # noqa: BLE001 - the server is not up (yet): sampling says so
             pass
 
-    def _drain(self, shard: int) -> None:
+    def _drain(self, shard: int, generation: int = 0) -> None:
         iterator = None
-        while not self._closed.is_set():
+        while not self._closed.is_set() and generation == self._generation[shard]:
             try:
                 if iterator is None:
                     iterator = iter(self._datasets[shard])
@@ -181,6 +209,8 @@ class ShardedSampler:
             except Exception as err:  # noqa: BLE001 - kept; raised by next() if all shards fail
                 iterator = None
                 with self._cv:
+                    if generation != self._generation[shard]:
+                        return  # the shard moved while this sample failed
                     first = self._errors[shard] is None
                     self._errors[shard] = err
                     self._cv.notify_all()
@@ -193,12 +223,14 @@ class ShardedSampler:
                     )
                 self._closed.wait(self._retry)
                 continue
-            self._sizes[shard] = int(sample.info.table_size.numpy()[-1])
             with self._cv:
+                if generation != self._generation[shard]:
+                    return  # the shard moved: this batch is its old copy's
+                self._sizes[shard] = int(sample.info.table_size.numpy()[-1])
                 self._errors[shard] = None
                 while len(self._queues[shard]) >= self._capacity and not self._closed.is_set():
                     self._cv.wait(0.2)
-                if self._closed.is_set():
+                if self._closed.is_set() or generation != self._generation[shard]:
                     return
                 self._queues[shard].append(sample)
                 self._cv.notify_all()
@@ -261,17 +293,33 @@ class ShardedPriorityUpdater:
     """
 
     def __init__(self, clients: Sequence[reverb.Client], merge: int, table: str):
-        n = len(clients)
-        self.updaters = [
-            PriorityUpdater(
-                c, merge=merge, table=table, name="priority-updater" + (f"-{s}" if n > 1 else "")
-            )
-            for s, c in enumerate(clients)
-        ]
+        self._merge, self._table = merge, table
+        self.updaters = [self._updater(c, s, len(clients)) for s, c in enumerate(clients)]
+        # Per shard: the updaters of its earlier copies (closed; their counts count).
+        self._retired: list[list[PriorityUpdater]] = [[] for _ in clients]
+        self._started = False
+
+    def _updater(self, client: reverb.Client, shard: int, n: int) -> PriorityUpdater:
+        name = "priority-updater" + (f"-{shard}" if n > 1 else "")
+        return PriorityUpdater(client, merge=self._merge, table=self._table, name=name)
 
     def start(self) -> None:
+        self._started = True
         for u in self.updaters:
             u.start()
+
+    def replace(self, shard: int, client: reverb.Client) -> None:
+        """Shard `shard` listens elsewhere now: its updates go to `client` from now
+        on. What the old sender still holds is dropped (its keys are the old
+        copy's: unacknowledged, counted as such); its counts carry on."""
+        old = self.updaters[shard]
+        new = self._updater(client, shard, len(self.updaters))
+        new.max_priority = old.max_priority
+        self._retired[shard].append(old)
+        self.updaters[shard] = new
+        old.close(timeout=0.0)
+        if self._started:
+            new.start()
 
     def put(self, keys: np.ndarray, priorities: np.ndarray, shard: int = 0) -> None:
         self.updaters[shard].put(keys, priorities)
@@ -307,7 +355,7 @@ class ShardedPriorityUpdater:
     def updates_acked(self) -> int:
         """Keys whose update a shard acknowledged, over every shard
         (learner/priority_updates)."""
-        return sum(u.updates_acked for u in self.updaters)
+        return sum(self.acked())
 
     @property
     def calls(self) -> int:
@@ -318,16 +366,19 @@ class ShardedPriorityUpdater:
         return sum(u.seconds_in_calls for u in self.updaters)
 
     def sent(self) -> list[int]:
-        """Per shard: keys handed to mutate_priorities calls."""
-        return [u.updates_sent for u in self.updaters]
+        """Per shard: keys handed to mutate_priorities calls (every copy of it)."""
+        return [u.updates_sent + sum(r.updates_sent for r in old) for u, old in self._copies()]
 
     def acked(self) -> list[int]:
         """Per shard: keys of mutate_priorities calls that returned."""
-        return [u.updates_acked for u in self.updaters]
+        return [u.updates_acked + sum(r.updates_acked for r in old) for u, old in self._copies()]
 
     def failed(self) -> list[int]:
         """Per shard: keys of mutate_priorities calls that raised."""
-        return [u.updates_failed for u in self.updaters]
+        return [u.updates_failed + sum(r.updates_failed for r in old) for u, old in self._copies()]
+
+    def _copies(self) -> list[tuple[PriorityUpdater, list[PriorityUpdater]]]:
+        return list(zip(self.updaters, self._retired))
 
     @property
     def unacked(self) -> int:

@@ -58,15 +58,27 @@ class ReplayStalled(RuntimeError):
     its rate limiter would take an insert: the stream is broken (a network
     partition leaves it so: Reverb's writer does not recover). The actor goes on
     with a new client and writer (launch.nodes.actor); `pending` items were
-    never confirmed (lost in flight), after `seconds` without a confirmation."""
+    never confirmed (lost in flight), after `seconds` without a confirmation.
+    `moved`: the server does not answer, and its shard was started again
+    elsewhere (apex.coordination.moves): the new writer dials its new address."""
 
-    def __init__(self, address: str, seconds: float, pending: int, error: str = ""):
+    def __init__(
+        self, address: str, seconds: float, pending: int, error: str = "", moved: bool = False
+    ):
         self.address, self.seconds, self.pending = address, float(seconds), int(pending)
+        self.moved = bool(moved)
         why = f"; last stream error {error}" if error else ""
-        super().__init__(
-            f"the stream to the replay at {address} took no item for {seconds:.0f} s while the "
-            f"server answers and would take inserts ({pending} items unconfirmed{why})"
-        )
+        if moved:
+            text = (
+                f"the replay at {address} has not answered for {seconds:.0f} s and its shard "
+                f"was started again elsewhere ({pending} items unconfirmed)"
+            )
+        else:
+            text = (
+                f"the stream to the replay at {address} took no item for {seconds:.0f} s while "
+                f"the server answers and would take inserts ({pending} items unconfirmed{why})"
+            )
+        super().__init__(text)
 
 
 # Items as the table's columns (the layouts: apex.replay.tables; unpacked there).
@@ -365,6 +377,10 @@ class TransitionWriter:
                     open_probes, baseline = 0, None
                     if self.unreachable_since is None:
                         self.unreachable_since = time.time()
+                    if self.address_moved is not None and self.address_moved():
+                        raise ReplayStalled(
+                            self._client_address(), now - began, self._pending_items(), moved=True
+                        )
                     continue
                 self.unreachable_since = None
                 open_probes = open_probes + 1 if verdict == "open" else 0
@@ -386,6 +402,9 @@ class TransitionWriter:
     # How many writers share the table (the actors; set by launch.nodes.actor).
     fellow_writers: int = 1
     unreachable_since: float | None = None  # time.time() the server stopped answering
+    # Whether the server's shard now listens at another address (set by
+    # launch.nodes.actor from the coordinator's replies; None: never asked).
+    address_moved: Callable[[], bool] | None = None
 
     def _others_before_broken(self) -> int:
         """Items the table may take from other writers while none of this one's

@@ -76,6 +76,9 @@ class ActorNode:
         self._coordinator = coordinator
         self._inference = inference  # the inference node's handle (actor.inference='central')
         self._name = f"actor_{actor_id}"
+        # Where its replay shard listens now, when the coordinator says it moved
+        # (apex.coordination.moves); None: where it was launched.
+        self._moved_to: str | None = None
 
     def run(self) -> None:
         c = self._config
@@ -113,9 +116,14 @@ class ActorNode:
         # that the copy the launcher starts elsewhere is the only one inserting.
         seconds = fence.lease_seconds_from_env()
         lease = fence.Lease(self._name, seconds) if seconds > 0 else None
-        beat = node_heartbeat(
-            c, self._coordinator, self._name, counters, lease.on_reply if lease else None
-        )
+
+        def on_reply(sent: float, reply) -> None:
+            if lease is not None:
+                lease.on_reply(sent, reply)
+            if isinstance(reply, dict) and reply.get("replay_address"):
+                self._moved_to = str(reply["replay_address"])
+
+        beat = node_heartbeat(c, self._coordinator, self._name, counters, on_reply)
         if lease is not None:
             lease.watch(lambda: None if should_stop() else fence.fence_now(lease.fence_line()))
             if not lease.wait_held(should_stop):  # no insert before the first grant
@@ -185,12 +193,18 @@ class ActorNode:
             file=sys.stderr,
             flush=True,
         )
+        address = self._moved_to if err.moved and self._moved_to else self._replay.server_address
         try:
-            self._replay = type(self._replay)(self._replay.server_address)
+            self._replay = type(self._replay)(address)
         except Exception:  # noqa: BLE001 - keep the old client: its channel reconnects by itself
             pass
         if holder.get("actor") is not None:
             holder["actor"].link = dict(link)
+
+    def _shard_moved(self) -> bool:
+        """Whether the coordinator said its shard listens elsewhere than its client dials."""
+        moved = self._moved_to
+        return moved is not None and moved != getattr(self._replay, "server_address", moved)
 
     def _give_up(self, message: str, should_stop) -> None:
         """The last start of a slot whose process died past actor.max_restarts:
@@ -225,6 +239,7 @@ class ActorNode:
             # Its stream counts as broken only once the table took this many
             # writers' fair shares of other items while none of its own came in.
             writer.fellow_writers = int(c.actor.num_actors)
+            writer.address_moved = self._shard_moved
             actor = self._builder.make_actor(
                 c,
                 self._actor_id,

@@ -100,11 +100,14 @@ class CoordinatorNode:
     def heartbeat(self, beat):
         return self._coordinator.heartbeat(beat)
 
-    def lost_actors(self):
-        return self._coordinator.lost_actors()
+    def lost_nodes(self):
+        return self._coordinator.lost_nodes()
 
-    def fence_actor(self, node):
-        return self._coordinator.fence_actor(node)
+    def fence_node(self, node):
+        return self._coordinator.fence_node(node)
+
+    def shard_moved(self, node, address) -> None:
+        self._coordinator.shard_moved(node, address)
 
     def node_finished(self, node):
         return self._coordinator.node_finished(node)

@@ -55,10 +55,15 @@ class LearnerNode:
         hb.register_stack_dump(run_dir, "learner")
         self._config = config
         self._coordinator_gone = False
-        self._heartbeat = node_heartbeat(config, coordinator, "learner", self._counters)
         # One replay server, or (replay.num_shards > 1) a list: shard s at index s.
         sharded = isinstance(replay, (list, tuple))
         addresses = [r.server_address for r in replay] if sharded else [replay.server_address]
+        self._shard_addresses = list(addresses)  # where each shard listens (moves change it)
+        self._addresses_lock = threading.Lock()
+        self._moving = threading.Lock()  # one move at a time, in the order they came
+        self._heartbeat = node_heartbeat(
+            config, coordinator, "learner", self._counters, self._on_reply if sharded else None
+        )
         if config.replay.colocate_with_learner:
             # The server (shard 0) is in this process: Reverb samples in-process (no
             # gRPC) only through a localhost address, and a launcher on a cluster
@@ -95,6 +100,39 @@ class LearnerNode:
                 keep=ck.keep,
                 on_written=self._checkpoint_written,
             )
+
+    def _on_reply(self, sent: float, reply) -> None:
+        """The coordinator's answer to a beat: shards started again elsewhere
+        ({'shards': {'replay_1': 'HOST:PORT'}}, apex.coordination.moves) are
+        sampled there from now on (on a thread of its own: a reply callback
+        must not wait on TensorFlow)."""
+        del sent
+        moved = reply.get("shards") if isinstance(reply, dict) else None
+        if not moved or getattr(self, "_learner", None) is None:
+            return
+        for name, address in moved.items():
+            shard = int(str(name).rsplit("_", 1)[1])
+            with self._addresses_lock:  # replies may be answered on several threads
+                if self._shard_addresses[shard] == address:
+                    continue
+                self._shard_addresses[shard] = address
+            threading.Thread(
+                target=self._move_shard, args=(shard, address), name="learner-shard-move"
+            ).start()
+
+    def _move_shard(self, shard: int, address: str) -> None:
+        with self._moving:
+            try:
+                self._learner.move_shard(shard, address)
+            except Exception as err:  # noqa: BLE001 - said; the old address stays in use
+                print(
+                    f"[apex] learner: moving replay_{shard} to {address} failed: {err}", flush=True
+                )
+                return
+        print(
+            f"[apex] learner: samples replay_{shard} at {address} now (started again, empty)",
+            flush=True,
+        )
 
     def _store_best(self) -> dict:
         """The model store's checkpoint record (its best and newest version); the

@@ -8,7 +8,7 @@ from typing import Any
 
 import launchpad as lp
 
-from apex import STOP_WINDOW
+from apex import STOP_WINDOW, fence
 from apex import heartbeat as hb
 from launch.nodes.common import node_should_stop, quiet_logs, report_node_failure, stopping
 
@@ -47,8 +47,11 @@ class GracefulReverbNode(lp.ReverbNode):
       heartbeat_period: > 0 for a server in a process of its own (a replay
         shard): it beats to the coordinator as `name` every that many seconds,
         so its death stops the program ('node failed' naming it), and it
-        watches the launcher like every node process. 0: no beats (the one
-        replay server, or a shard in the learner's process), as before shards.
+        watches the launcher like every node process. On Ray it also holds a
+        lease as an actor does (apex.fence): cut off past it, this copy ends
+        itself, and the launcher starts the shard again elsewhere
+        (apex.coordination.moves). 0: no beats (the one replay server, or a
+        shard in the learner's process), as before shards.
     """
 
     def __init__(
@@ -74,7 +77,16 @@ class GracefulReverbNode(lp.ReverbNode):
         # and the beat holds only its `futures` (which does not keep it alive).
         self._coordinator = coordinator = self._coordinator_handle.dereference()
         futures = getattr(coordinator, "futures", None)
-        beat = hb.Heartbeat((futures or coordinator).heartbeat, self._name, self._heartbeat_period)
+        seconds = fence.lease_seconds_from_env()  # set by a launcher that replaces lost nodes
+        lease = fence.Lease(self._name, seconds) if seconds > 0 else None
+        beat = hb.Heartbeat(
+            (futures or coordinator).heartbeat,
+            self._name,
+            self._heartbeat_period,
+            on_reply=lease.on_reply if lease is not None else None,
+        )
+        if lease is not None:  # serving needs no grant first: nothing here inserts
+            lease.watch(lambda: None if stopping() else fence.fence_now(lease.fence_line()))
         beat.enter(hb.IDLE)
         return beat
 
