@@ -282,6 +282,11 @@ class Leases:
 
     @property
     def fenced(self) -> int:
-        """Copies of actors fenced so far."""
+        """Copies fenced so far (actors' and shards')."""
         with self._lock:
             return len(self._fenced)
+
+    def fenced_of(self, prefix: str) -> int:
+        """Copies fenced so far of nodes named `prefix`... ('actor_', 'replay_')."""
+        with self._lock:
+            return sum(node.startswith(prefix) for node, _ in self._fenced)

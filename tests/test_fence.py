@@ -328,6 +328,7 @@ def test_a_remote_shard_silent_past_its_lease_is_lost_not_failed_and_its_clients
         assert figures["size"] == 0 and figures["inserts"] == 30, figures  # counts carried on
         network = coord.summary()["network"]
         assert (network["shards_lost"], network["items_lost_with_shards"]) == (1, 30), network
+        assert (network["shards_fenced"], network["actors_fenced"]) == (1, 0), network
         assert network["shards_moved"] == {"replay_1": addresses[2]}, network
         with open(tmp_path / "replay_addresses") as f:
             assert f.read().splitlines()[1] == f"replay_1 {addresses[2]}"

@@ -175,8 +175,8 @@ class Coordinator:
         self.replay.move(shard_index(node), address, self._run_dir)
         self.moves.moved(node, address)
         self._print(
-            f"[apex] {node} listens at {address} now (started again, empty); the learner "
-            "and its actors are told with their next beats"
+            f"[apex] {node} listens at {address} now (a new copy); the learner and its "
+            "actors are told with their next beats"
         )
 
     def forget_node(self, node: str) -> None:
@@ -346,8 +346,14 @@ class Coordinator:
         return s
 
     def _fence_figures(self) -> dict[str, int]:
-        fenced = self.leases.fenced if self.leases is not None else 0
-        return {"actors_lost": self.actors_lost, "actors_fenced": fenced}
+        leases = self.leases
+        out = {
+            "actors_lost": self.actors_lost,
+            "actors_fenced": leases.fenced_of(ACTOR_PREFIX) if leases is not None else 0,
+        }
+        if leases is not None and self.moves.shards_lost:
+            out["shards_fenced"] = leases.fenced_of(SHARD_PREFIX)
+        return out
 
     def write_summary(self) -> dict[str, Any]:
         """summary.json, and state.json with the same figures (a run that stops
@@ -537,8 +543,8 @@ class Coordinator:
                     self.actors_lost += 1
             quiet = now - float(beat.get("received", beat.get("time", now)))
             again = (
-                f"it starts again, empty, on a host that can reach the program; its {items:,} "
-                "items are lost"
+                f"it starts again on a host that can reach the program; the {items:,} items "
+                "it held are lost"
                 if shard
                 else "it starts again on a host that can reach the program"
             )

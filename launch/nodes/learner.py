@@ -130,7 +130,7 @@ class LearnerNode:
                 )
                 return
         print(
-            f"[apex] learner: samples replay_{shard} at {address} now (started again, empty)",
+            f"[apex] learner: samples replay_{shard} at {address} now (a new copy)",
             flush=True,
         )
 
