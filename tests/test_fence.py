@@ -337,3 +337,19 @@ def test_a_remote_shard_silent_past_its_lease_is_lost_not_failed_and_its_clients
     finally:
         for s in servers:
             s.stop()
+
+
+def test_a_node_started_again_elsewhere_counts_on_from_its_old_copys_last_beat():
+    """forget_node (the launcher starts the actor again elsewhere) drops the old
+    copy's beat, not its counts: the new copy asks for them and counts on, so
+    actor/items_inserted and the restarts never go back (a learner-host cut past
+    the lease once restarted them from 0)."""
+    coord = _coordinator(lease=10.0)
+    coord.heartbeat(dict(_beat("a", 1.0), counters={"env_steps": 900, "items_inserted": 500,
+                                                    "restarts": 1}))  # fmt: skip
+    coord.forget_node("actor_0")
+    assert "actor_0" not in coord.heartbeats.beats()
+    assert coord.actor_items_inserted(0) == 500 and coord.actor_restart_count(0) == 1
+    assert coord.actor_counts(0)[0] == 900  # its env steps too (no report came)
+    coord.heartbeat(dict(_beat("b", 2.0), counters={"items_inserted": 520, "restarts": 2}))
+    assert coord.actor_items_inserted(0) == 520 and coord.actor_restart_count(0) == 2

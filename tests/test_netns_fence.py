@@ -121,6 +121,7 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
             STARTUP_TIMEOUT,
             "actor_0's first inserts",
         )
+        old = netns.node_beat(run_dir, "actor_0")  # its last count before the cut
         hosts.cut(victim)
         cut_at = time.time()
 
@@ -131,6 +132,8 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
             return b if moved and new and b.get("counters", {}).get("items_inserted") else {}
 
         first = wait_until(replacement, 240, lambda: f"actor_0 started on h3: {lines[-5:]}")
+        # Its counts carry on from the old copy's last beat (never back to 0).
+        assert first["counters"]["items_inserted"] >= old["counters"]["items_inserted"], first
         # The new copy's count carries on from the old one's (coordinator's counts).
         wait_until(
             lambda: (
@@ -244,6 +247,10 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
             return b if new and b.get("counters", {}).get("items_inserted") else {}
 
         inserting = wait_until(actor_moved, 240, lambda: f"actor_1 started again: {lines[-8:]}")
+        assert inserting["counters"]["items_inserted"] >= old_actor["counters"]["items_inserted"], (
+            inserting,
+            old_actor,
+        )  # counts carried on
         wait_until(
             lambda: (
                 netns.node_beat(run_dir, "actor_1").get("counters", {}).get("items_inserted", 0)

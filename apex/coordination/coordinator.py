@@ -109,6 +109,9 @@ class Coordinator:
             leased_silent_after=self.leases.lost_after if self.leases is not None else None,
         )
         self._lost: dict[str, str] = {}  # node -> the copy counted lost, until replaced
+        # The counters of the last beat of a node started again elsewhere (its beats
+        # forgotten): its new copy counts on from them (`actor_items_inserted`).
+        self._forgotten: dict[str, dict[str, Any]] = {}
         self.actors_lost = 0
         self.moves = ShardMoves(int(config.replay.num_shards))  # shards lost and moved
         self.actor_restarts = ActorRestarts(restart_grace)
@@ -181,7 +184,14 @@ class Coordinator:
 
     def forget_node(self, node: str) -> None:
         """The launcher restarts `node` on another host (RPC): its old beats are not
-        a death (apex.heartbeat.HeartbeatStore.forget)."""
+        a death (apex.heartbeat.HeartbeatStore.forget); its counts stay for its new copy."""
+        beat = self.heartbeats.beats().get(node)
+        if beat is not None:
+            with self._lock:
+                kept = self._forgotten.setdefault(node, {})
+                for key, value in (beat.get("counters") or {}).items():
+                    if isinstance(value, (int, float)):
+                        kept[key] = max(value, kept.get(key, value))
         self.heartbeats.forget(node)
         with self._lock:
             self._lost.pop(node, None)  # a new copy is on its way
@@ -196,9 +206,14 @@ class Coordinator:
         return max(steps, self._beat_count(actor_id, "env_steps")), episodes
 
     def _beat_count(self, actor_id: int, key: str) -> int:
-        """Counter `key` of actor `actor_id`'s last beat (0 if none)."""
-        beat = self.heartbeats.beats().get(f"{ACTOR_PREFIX}{int(actor_id)}") or {}
-        return int((beat.get("counters") or {}).get(key, 0) or 0)
+        """Counter `key` of actor `actor_id`'s last beat, or of the last beat of a
+        copy whose beats were forgotten (it was started again), whichever is
+        further on (0 if none)."""
+        node = f"{ACTOR_PREFIX}{int(actor_id)}"
+        beat = self.heartbeats.beats().get(node) or {}
+        with self._lock:
+            kept = self._forgotten.get(node, {}).get(key, 0)
+        return int(max((beat.get("counters") or {}).get(key, 0) or 0, kept or 0))
 
     def actor_items_inserted(self, actor_id: int) -> int:
         """The items actor `actor_id`'s last beat counted as inserted (RPC; 0 if
