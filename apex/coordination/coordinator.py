@@ -18,7 +18,7 @@ from apex.coordination import stop as stopping
 from apex.coordination import summary as figures
 from apex.coordination.counters import RunCounters
 from apex.coordination.health import HealthLog
-from apex.coordination.moves import ShardMoves, shard_index
+from apex.coordination.moves import ShardMoves
 from apex.coordination.partitions import Partitions
 from apex.coordination.replay_poll import ReplayPoller
 from apex.coordination.restarts import ActorRestarts
@@ -27,6 +27,7 @@ from apex.doctor import Finding
 from apex.fence import Leases
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
+from apex.replay.shards import shard_index
 from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
 from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
 

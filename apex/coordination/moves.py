@@ -28,11 +28,6 @@ from apex.replay.shards import shard_of_actor
 from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
 
 
-def shard_index(name: str) -> int:
-    """The index of shard `name` ('replay_1' -> 1)."""
-    return int(name[len(SHARD_PREFIX) :])
-
-
 class ShardMoves:
     """The shards counted lost, where each moved one listens now, and the items lost.
 

@@ -13,7 +13,7 @@ Reverb then.
 Shards (apex/replay/shards.py): with replay.num_shards S > 1, actor i writes
 to shard i mod S
     shard_rule, shard_of_actor, actors_of_shard   the rule, as text and as numbers
-    shard_name, shard_config                      a shard's name; the config of one shard
+    shard_name, shard_index, shard_config         a shard's name and back; the config of one shard
     ADDRESSES_FILE                                RUN_DIR's file naming each shard's server
 Table figures (apex/replay/stats.py): what a server holds, as the tools print it
     table_stats, table_dict, stats_from_server_info, format_stats
@@ -43,6 +43,7 @@ from apex.replay.shards import (
     ADDRESSES_FILE,
     actors_of_shard,
     shard_config,
+    shard_index,
     shard_name,
     shard_of_actor,
     shard_rule,
@@ -78,6 +79,7 @@ __all__ = [
     "ADDRESSES_FILE",
     "actors_of_shard",
     "shard_config",
+    "shard_index",
     "shard_name",
     "shard_of_actor",
     "shard_rule",

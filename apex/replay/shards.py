@@ -70,3 +70,8 @@ def shard_name(shard: int, num_shards: int) -> str:
     """The shard's name in nodes, heartbeats, metrics and tools: 'replay' when
     there is one, 'replay_<s>' otherwise."""
     return "replay" if int(num_shards) == 1 else f"replay_{int(shard)}"
+
+
+def shard_index(name: str) -> int:
+    """The index of the shard named `name` ('replay_1' -> 1; 'replay' -> 0)."""
+    return 0 if name == "replay" else int(name.rsplit("_", 1)[1])

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from apex import STOP_WINDOW, ApexConfig, EnvSpec, Learner, Reporter, checkpointing
 from apex import heartbeat as hb
 from apex.agents import AgentBuilder
+from apex.replay import shard_index
 from launch.nodes.common import (
     node_heartbeat,
     node_metrics,
@@ -111,7 +112,7 @@ class LearnerNode:
         if not moved or getattr(self, "_learner", None) is None:
             return
         for name, address in moved.items():
-            shard = int(str(name).rsplit("_", 1)[1])
+            shard = shard_index(str(name))
             with self._addresses_lock:  # replies may be answered on several threads
                 if self._shard_addresses[shard] == address:
                     continue
