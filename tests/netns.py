@@ -140,10 +140,16 @@ class NetnsCluster:
         interface names have at most 15).
       sysctls: kernel settings of each namespace's network stack, e.g.
         {"net.ipv4.tcp_rto_max_ms": "2000"} (set with sysctl -w in each).
+      ray_health_check: Ray's health-check settings in the processes' environment
+        (default RAY_HEALTH_CHECK; {}: Ray's own defaults).
     """
 
     def __init__(
-        self, hosts: int = 3, prefix: str | None = None, sysctls: dict[str, str] | None = None
+        self,
+        hosts: int = 3,
+        prefix: str | None = None,
+        sysctls: dict[str, str] | None = None,
+        ray_health_check: dict[str, str] | None = None,
     ):
         if not 1 <= hosts <= 50:
             raise ValueError(f"hosts={hosts} is invalid: expected 1..50")
@@ -160,6 +166,9 @@ class NetnsCluster:
         self._up = False
         self._uts = shutil.which("unshare") is not None
         self.sysctls = dict(sysctls or {})
+        self.ray_health_check = dict(
+            RAY_HEALTH_CHECK if ray_health_check is None else ray_health_check
+        )
 
     # ------------------------------------------------------------- set-up
     def up(self) -> NetnsCluster:
@@ -206,7 +215,7 @@ class NetnsCluster:
         env.update(
             RAY_USAGE_STATS_ENABLED="0",
             PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-            **RAY_HEALTH_CHECK,
+            **self.ray_health_check,
         )
         return env
 
