@@ -24,6 +24,12 @@ from tests.procs import STARTUP_TIMEOUT, STOP_TIMEOUT, wait_for_state, wait_unti
 from tests.replay_checks import assert_final_checkpoint_nstep
 
 LEASE = 6  # seconds: cluster.actor_lost_after_seconds (lost at LEASE + 5 s)
+# Every program here: that lease, no evaluation in the way, a long wall limit.
+PROGRAM = (
+    f"--config.cluster.actor_lost_after_seconds={LEASE}",
+    "--config.evaluation.period_seconds=600",
+    "--config.stop.max_wall_seconds=900",
+)
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +106,8 @@ def test_an_actor_cut_off_past_its_lease_is_started_on_another_host_and_its_old_
         hosts,
         run_dir,
         "netns-fence",
-        f"--config.cluster.actor_lost_after_seconds={LEASE}",
+        *PROGRAM,
         "--config.checkpoint.on_stop=False",
-        "--config.evaluation.period_seconds=600",
-        "--config.stop.max_wall_seconds=900",
     )
     proc, lines = program.proc, program.lines
     victim = None
@@ -197,12 +201,10 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
         hosts,
         run_dir,
         "netns-shard-fence",
-        f"--config.cluster.actor_lost_after_seconds={LEASE}",
+        *PROGRAM,
         "--config.replay.num_shards=2",
         "--config.cluster.actor_cpus=0.5",
         "--config.cluster.replay_cpus=0.5",
-        "--config.evaluation.period_seconds=600",
-        "--config.stop.max_wall_seconds=900",
     )
     proc, lines = program.proc, program.lines
     victim = None

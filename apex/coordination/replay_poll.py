@@ -79,10 +79,10 @@ class ReplayPoller:
             with open(os.path.join(run_dir, REPLAY_ADDRESSES_FILE), "w") as f:
                 f.writelines(lines)
 
-    def move(self, shard: int, address: str, run_dir: str = "") -> int:
-        """Shard `shard` listens at `address` now (a new, empty copy): polled there
-        from now on, its inserts and samples so far carried on, the addresses
-        files written again. Returns the items its last figures held (lost)."""
+    def move(self, shard: int, address: str, run_dir: str = "") -> None:
+        """Shard `shard` listens at `address` now (a new copy): polled there from
+        now on, its inserts and samples so far carried on, the addresses files
+        written again (its lost items are counted by `size` before this)."""
         import reverb  # deferred: the coordinator's module loads without TensorFlow
 
         last = self._shard_info[shard]
@@ -91,7 +91,6 @@ class ReplayPoller:
             carried[key] = float(last.get(key, carried.get(key, 0.0)) or 0.0)
         self.clients[shard] = reverb.Client(address)
         self.write_addresses(run_dir)
-        return int(last.get("size", 0) or 0)
 
     def size(self, shard: int) -> int:
         """Shard `shard`'s size as of the last poll it answered (0: never)."""
