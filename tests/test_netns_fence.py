@@ -74,6 +74,22 @@ def _fence_lines(pid: int, since: float) -> tuple[list[str], list[str]]:
     return out, folders
 
 
+def _run_node_folders(run_dir: str, since: float) -> list[str]:
+    """The NodeHost folders of this test's program (their job names `run_dir`),
+    made since `since`: never those of a test running beside it."""
+    out = []
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "apex-node-*", "job.pkl")):
+        try:
+            if os.path.getmtime(path) < since:
+                continue
+            with open(path, "rb") as f:
+                if run_dir.encode() in f.read():
+                    out.append(os.path.dirname(path))
+        except OSError:
+            continue
+    return out
+
+
 def _node_processes(cluster) -> list[str]:
     out = []
     for pids in cluster.pids().values():
@@ -279,9 +295,8 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
         if victim is not None:
             hosts.heal(victim)
         program.kill()
-        for folder in glob.glob(os.path.join(tempfile.gettempdir(), "apex-node-*")):
-            if os.path.getmtime(folder) >= started:  # the killed NodeHosts' folders
-                shutil.rmtree(folder, ignore_errors=True)
+        for folder in _run_node_folders(run_dir, started):  # the killed NodeHosts' folders
+            shutil.rmtree(folder, ignore_errors=True)
     assert proc.returncode == 130, out[-4000:]
     assert "replay_1 listens at" in out and f"{survivor}:" in out, out[-4000:]
     assert "learner: samples replay_1 at" in out, out[-4000:]
@@ -292,6 +307,7 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
     with open(os.path.join(run_dir, "replay_addresses")) as f:
         assert f"replay_1 {network['shards_moved']['replay_1']}" in f.read()
     # The new replay_1 started empty: every item it holds was made after the cut.
+    assert "checkpoint (stop)" in out, out[-6000:]
     counts = assert_final_checkpoint_nstep(run_dir, since=cut_at, actor_id=1)
     assert counts["shard", 0] and counts["shard", 1] == counts["after"] > 0, counts
     assert hosts.ips[victim_healed] != survivor
