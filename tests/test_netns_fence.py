@@ -300,6 +300,8 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
     assert proc.returncode == 130, out[-4000:]
     assert "replay_1 listens at" in out and f"{survivor}:" in out, out[-4000:]
     assert "learner: samples replay_1 at" in out, out[-4000:]
+    # The stop ended the new copy's beats, not its lease: it never fenced itself.
+    assert f"replay_1 (pid {first['pid']})" not in out, out[-4000:]
     with open(os.path.join(run_dir, "summary.json")) as f:
         network = json.load(f)["network"]
     assert network["shards_lost"] == 1 and network["items_lost_with_shards"] > 0, network

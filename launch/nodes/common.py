@@ -89,7 +89,9 @@ def local_learner() -> Learner | None:
 
 
 def stopping() -> bool:
-    """Whether this node's program is stopping (False outside a Launchpad node)."""
+    """Whether this node's program is stopping. False outside a Launchpad node's
+    own thread (its worker manager is per thread): a thread the node starts
+    must be handed `node_should_stop()`'s check instead."""
     try:
         return lp.stop_event().is_set()
     except Exception:  # noqa: BLE001 - no Launchpad worker manager in this thread

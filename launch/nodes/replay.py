@@ -4,6 +4,7 @@ request until the learner has finished (lp.ReverbNode, made graceful)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import launchpad as lp
@@ -72,7 +73,7 @@ class GracefulReverbNode(lp.ReverbNode):
             address.__class__ = PinnedPortAddress
             address.pinned_port = int(port)
 
-    def _beat(self) -> hb.Heartbeat:
+    def _beat(self, should_stop: Callable[[], bool]) -> hb.Heartbeat:
         # Held by the node: a courier client shuts its channel down when collected,
         # and the beat holds only its `futures` (which does not keep it alive).
         self._coordinator = coordinator = self._coordinator_handle.dereference()
@@ -86,7 +87,11 @@ class GracefulReverbNode(lp.ReverbNode):
             on_reply=lease.on_reply if lease is not None else None,
         )
         if lease is not None:  # serving needs no grant first: nothing here inserts
-            lease.watch(lambda: None if stopping() else fence.fence_now(lease.fence_line()))
+            # `should_stop`, not `stopping()`: the watchdog's own thread has no
+            # Launchpad worker manager (stopping() is False there, and a stop
+            # past the lease would fence the shard under the learner's final
+            # checkpoint: its beats end at the stop request).
+            lease.watch(lambda: None if should_stop() else fence.fence_now(lease.fence_line()))
         beat.enter(hb.IDLE)
         return beat
 
@@ -100,14 +105,16 @@ class GracefulReverbNode(lp.ReverbNode):
 
     def run(self) -> None:
         beat = None
+        should_stop = stopping
         if self._heartbeat_period > 0 and self._coordinator_handle is not None:
             quiet_logs()  # a shard's own process: no absl INFO lines (port picking)
-            node_should_stop()  # its own process: the stop window, the launcher watchdog
-            beat = self._beat()
+            # Its own process: the stop window, the launcher watchdog.
+            should_stop = node_should_stop()
+            beat = self._beat(should_stop)
         try:
             super().run()  # returns when the program is asked to stop
         except Exception as err:
-            if not stopping():  # the tables, the checkpointer or the server failed
+            if not should_stop():  # the tables, the checkpointer or the server failed
                 handle = self._coordinator_handle
                 report_node_failure(handle.dereference() if handle else None, self._name, err)
             raise
