@@ -60,37 +60,36 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _node_files(name: str, since: float) -> list[tuple[str, bytes]]:
+    """(folder, contents) of file `name` in every NodeHost folder, written since
+    `since` (the folders of killed NodeHosts, which nobody else removes)."""
+    out = []
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "apex-node-*", name)):
+        try:
+            if os.path.getmtime(path) >= since:
+                with open(path, "rb") as f:
+                    out.append((os.path.dirname(path), f.read()))
+        except OSError:
+            continue
+    return out
+
+
 def _fence_lines(pid: int, since: float) -> tuple[list[str], list[str]]:
     """The old copy's fence line, from its NodeHost's log (the launcher no longer
     reads that host: it was replaced), and the folders of the logs it is in."""
     out, folders = [], []
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), "apex-node-*", "output.log")):
-        try:
-            if os.path.getmtime(path) < since:
-                continue
-            with open(path, errors="replace") as f:
-                found = [line for line in f if f"actor_0 (pid {pid}):" in line and "fenced" in line]
-        except OSError:
-            continue
+    for folder, data in _node_files("output.log", since):
+        lines = data.decode(errors="replace").splitlines(keepends=True)
+        found = [line for line in lines if f"actor_0 (pid {pid}):" in line and "fenced" in line]
         out += found
-        folders += [os.path.dirname(path)] if found else []
+        folders += [folder] if found else []
     return out, folders
 
 
 def _run_node_folders(run_dir: str, since: float) -> list[str]:
     """The NodeHost folders of this test's program (their job names `run_dir`),
     made since `since`: never those of a test running beside it."""
-    out = []
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), "apex-node-*", "job.pkl")):
-        try:
-            if os.path.getmtime(path) < since:
-                continue
-            with open(path, "rb") as f:
-                if run_dir.encode() in f.read():
-                    out.append(os.path.dirname(path))
-        except OSError:
-            continue
-    return out
+    return [folder for folder, job in _node_files("job.pkl", since) if run_dir.encode() in job]
 
 
 def _node_processes(cluster) -> list[str]:
@@ -311,10 +310,10 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
     assert network["shards_moved"]["replay_1"].startswith(survivor + ":"), network
     with open(os.path.join(run_dir, "replay_addresses")) as f:
         assert f"replay_1 {network['shards_moved']['replay_1']}" in f.read()
-    # The new replay_1 started empty: every item it holds was made after the cut.
     assert "checkpoint (stop)" in out, "\n".join(
         program.tail(("[learner", "[coordinator", "[replay_", "[apex]", "Error", "Timeout"), 80)
     )
+    # The new replay_1 started empty: every item it holds was made after the cut.
     counts = assert_final_checkpoint_nstep(run_dir, since=cut_at, actor_id=1)
     assert counts["shard", 0] and counts["shard", 1] == counts["after"] > 0, counts
     assert hosts.ips[victim_healed] != survivor
