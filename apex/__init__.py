@@ -31,6 +31,8 @@ Errors
 Environments
     EnvSpec                          what the program needs to know of an env (no gymnasium)
     env_spec, make_env, prepare_env, to_observation   (lazy, gymnasium)
+    make_slots, check_vectorization  an actor's envs as one vector env (env.vectorization),
+                                     the mode a config runs in      (lazy, gymnasium)
 Exploration
     slot_epsilons, epsilon_bands, band_labels   each actor slot's epsilon, their bands
 The roles a program runs (launch/nodes/ adapts each to a node)
@@ -139,6 +141,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see _LAZY
     from apex.evaluation import Evaluator
     from apex.learner import Learner, SGDStep
     from apex.metrics import MetricsWriter, RemoteMetrics, read_jsonl
+    from apex.vector_envs import check_vectorization, make_slots
 
 __version__ = "0.1.0"
 
@@ -150,6 +153,8 @@ _LAZY: dict[str, str] = {
     "make_env": "apex.envs",
     "prepare_env": "apex.envs",
     "to_observation": "apex.envs",
+    "make_slots": "apex.vector_envs",  # gymnasium
+    "check_vectorization": "apex.vector_envs",
     "Evaluator": "apex.evaluation",  # TensorFlow
     "Learner": "apex.learner",  # TensorFlow, Reverb
     "SGDStep": "apex.learner",
@@ -186,6 +191,8 @@ __all__ = [
     "make_env",
     "prepare_env",
     "to_observation",
+    "make_slots",
+    "check_vectorization",
     # exploration
     "band_labels",
     "epsilon_bands",

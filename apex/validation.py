@@ -17,6 +17,7 @@ from apex.config.schema import (
     INSERT_PRIORITIES,
     PREPROCESSING,
     TORSOS,
+    VECTORIZATION,
     ApexConfig,
     ClusterConfig,
     EnvConfig,
@@ -246,6 +247,7 @@ def validate(config: ApexConfig) -> None:
     _check_env(c)
     for path, choices in (
         ("env.preprocessing", PREPROCESSING),
+        ("env.vectorization", VECTORIZATION),
         ("learner.torso", TORSOS),
     ):
         _check(_get(c, path) in choices, path, _get(c, path), f"one of {list(choices)}")

@@ -16,10 +16,10 @@ import numpy as np
 from apex import heartbeat as hb
 from apex.agents.policy import ActingNetwork, ActingPolicy, LocalQ
 from apex.config import ApexConfig
-from apex.envs import make_env, spec_of
 from apex.exploration import epsilon_bands, slot_epsilons
 from apex.inference.client import RemoteQ
 from apex.roles import ItemWriter, MetricsSink, Reporter, VariableSource
+from apex.vector_envs import SlotEnvs, make_slots
 
 
 def initial_priorities(
@@ -98,7 +98,9 @@ class Actor(abc.ABC):
         self.actor_id = actor_id
         e = config.actor.envs_per_actor
         self._num_envs = e
-        self._envs = [make_env(config.env, faults=True) for _ in range(e)]
+        # One vector env of E slots in env.vectorization's mode (apex.vector_envs):
+        # same-step resets, observations of the stored type.
+        self._envs: SlotEnvs = make_slots(config.env, e, faults=True)
         if epsilons is None:
             epsilons = slot_epsilons(
                 actor_id,
@@ -120,17 +122,12 @@ class Actor(abc.ABC):
                 should_stop=should_stop,
             )
         else:
-            policy = ActingPolicy(self.network, config, spec_of(self._envs[0]))
+            policy = ActingPolicy(self.network, config, self._envs.spec)
             self._qs = LocalQ(
                 policy, variable_source, config.actor.params_update_period, should_stop
             )
-        self._num_actions = self._envs[0].action_space.n
-        obs = []  # make_env's observations are of the stored type (apex.envs.ObservationEncoder)
-        for j, env in enumerate(self._envs):
-            o, _ = env.reset(seed=config.seed + 1000 * actor_id + j)
-            env.action_space.seed(config.seed + 1000 * actor_id + j)
-            obs.append(o)
-        self._obs = np.stack(obs)
+        self._num_actions = self._envs.num_actions
+        self._obs = self._envs.reset([config.seed + 1000 * actor_id + j for j in range(e)])
         self._q: np.ndarray | None = None
         self._q_version = -1
         self._episode_return = np.zeros(e)
@@ -167,9 +164,7 @@ class Actor(abc.ABC):
         config's layout is packed, or the writer takes only whole items, e.g.
         a test's recording fake: ItemWriter.can_store_frames)."""
         if self._frames_on is None:
-            self._frames_on = self._writer.can_store_frames and self._stores_frames(
-                spec_of(self._envs[0])
-            )
+            self._frames_on = self._writer.can_store_frames and self._stores_frames(self._envs.spec)
         return self._writer if self._frames_on else None
 
     @abc.abstractmethod
@@ -299,5 +294,4 @@ class Actor(abc.ABC):
 
     def close(self) -> None:
         self._qs.close()
-        for env in self._envs:
-            env.close()
+        self._envs.close()

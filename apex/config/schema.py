@@ -11,6 +11,15 @@ from typing import Any
 
 INSERT_PRIORITIES = ("actor_td", "max_seen", "constant")
 PREPROCESSING = ("none", "atari")
+VECTORIZATION = (
+    "auto",
+    "python",
+    "gymnasium",
+    "gymnasium_sync",
+    "gymnasium_async",
+    "ale",
+    "envpool",
+)
 TORSOS = ("mlp", "conv")
 CONV_CHANNELS = ("auto", "first", "last")
 INFERENCE_MODES = ("local", "central")
@@ -65,6 +74,14 @@ class EnvConfig:
     fault_every: int | None = None
     """Fault injection: each actor env raises InjectedFault on every N-th step
     (None: never). For testing that actors restart; never set it for real runs."""
+    vectorization: str = "auto"
+    """How an actor steps its envs_per_actor envs (apex.vector_envs): 'python'
+    (a list of envs, any env), 'gymnasium' (the env's NumPy vector entry point:
+    CartPole-v1), 'gymnasium_sync' / 'gymnasium_async' (gymnasium's vector envs;
+    async: a subprocess per env, for slow envs), 'ale' (ALE's C++ vector env,
+    ALE ids with preprocessing='atari'), 'envpool' (an EnvPool the user
+    installed); 'auto': the fastest of these that keeps the semantics, named
+    in the launch line. Every mode stores the same items."""
 
 
 @dataclasses.dataclass

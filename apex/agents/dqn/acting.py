@@ -43,19 +43,9 @@ class VectorActor(Actor):
         explore = self._rng.random(e) < self._epsilons
         actions = np.where(explore, self._rng.integers(0, self._num_actions, size=e), greedy)
         q_taken = q[np.arange(e), actions]
-        next_obs = np.empty_like(self._obs)
-        rewards = np.empty(e, np.float32)
-        terminated = np.zeros(e, bool)
-        truncated = np.zeros(e, bool)
-        reset_obs: dict[int, np.ndarray] = {}
-        for j, env in enumerate(self._envs):
-            o, r, term, trunc, _ = env.step(int(actions[j]))
-            next_obs[j] = o
-            rewards[j] = r
-            terminated[j] = term
-            truncated[j] = trunc
-            if term or trunc:
-                reset_obs[j], _ = env.reset()  # the stored type already (apex.envs)
+        out = self._envs.step(actions)
+        next_obs, rewards = out.next_obs, out.rewards
+        terminated, truncated, reset_obs = out.terminated, out.truncated, out.reset_obs
         # One forward pass serves both the next action and the bootstrap value:
         # rows of ended episodes get their reset observation; truncated ones
         # also need Q(final obs), computed for those rows only.

@@ -71,21 +71,14 @@ class RecurrentActor(Actor):
         greedy = q.argmax(axis=1)
         explore = self._rng.random(e) < self._epsilons
         actions = np.where(explore, self._rng.integers(0, self._num_actions, size=e), greedy)
-        rewards = np.empty(e, np.float32)
-        discounts = np.full(e, self._discount, np.float32)
-        done = np.zeros(e, bool)
-        next_obs = np.empty_like(self._obs)
-        ended = []
-        for j, env in enumerate(self._envs):
-            o, r, term, trunc, _ = env.step(int(actions[j]))
-            rewards[j] = r
-            if term:
-                discounts[j] = 0.0
-            if term or trunc:
-                done[j] = True
-                ended.append(j)
-                o, _ = env.reset()
-            next_obs[j] = o  # the stored type already (apex.envs)
+        out = self._envs.step(actions)
+        rewards = out.rewards
+        discounts = np.where(out.terminated, 0.0, self._discount).astype(np.float32)
+        done = out.terminated | out.truncated
+        ended = sorted(out.reset_obs)
+        next_obs = out.next_obs  # the stored type already (apex.vector_envs)
+        for j in ended:
+            next_obs[j] = out.reset_obs[j]
         frames = self._frame_writer()
         obs_in = self._obs
         if frames is not None:  # positions in each slot's stream stand for the obs
