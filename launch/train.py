@@ -204,15 +204,8 @@ def vector_line(config: ApexConfig) -> str:
     from apex import check_vectorization
 
     mode = check_vectorization(config.env)
-    how = (
-        ""
-        if config.env.vectorization == mode
-        else f" (env.vectorization={config.env.vectorization})"
-    )
-    return (
-        f"envs: {config.actor.envs_per_actor} {config.env.id} per actor, stepped by "
-        f"vectorization {mode!r}{how}"
-    )
+    how = "" if config.env.vectorization == mode else f" ({config.env.vectorization})"
+    return f"stepped as one vector env: {mode}{how}"
 
 
 def load_config(path: str, overrides: list[tuple[str, str]]) -> ApexConfig:
