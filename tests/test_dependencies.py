@@ -41,7 +41,7 @@ def test_the_installed_environment_is_the_lock():
     assert not wrong, f"(locked, installed) differ: {wrong}; run ./scripts/setup.sh"
 
 
-def test_pyproject_pins_agree_with_the_lock_and_drop_jax_and_gym():
+def test_pyproject_pins_agree_with_the_lock_and_drop_jax_and_gym_scipy_for_tests_only():
     import tomli  # pytest's own dependency on Python 3.10
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
@@ -55,8 +55,13 @@ def test_pyproject_pins_agree_with_the_lock_and_drop_jax_and_gym():
         if m:
             name = m.group(1).lower().replace("_", "-")
             assert lock.get(name) == m.group(2), f"{dep} in pyproject.toml, {lock.get(name)} locked"
-    for dropped in ("jax", "jaxlib", "ml-dtypes", "scipy", "gym", "gym-notices"):
+    for dropped in ("jax", "jaxlib", "ml-dtypes", "gym", "gym-notices"):
         assert dropped not in lock, f"{dropped} is locked again; apex imports none of it"
+    # scipy only for the tests: a launch with it installed must still fork its nodes.
+    extras = project["optional-dependencies"]
+    holders = [k for k, v in extras.items() if any(d.startswith("scipy") for d in v)]
+    assert holders == ["dev"], holders
+    assert not any(d.startswith("scipy") for d in project["dependencies"])
 
 
 # Who imports a dropped package, in a fresh interpreter: an import hook records,

@@ -75,6 +75,14 @@ def test_the_default_run_piped_solves_cartpole_writes_its_run_dir_and_leaves_no_
     for line in lines:
         assert re.match(r"(\[apex[ \]]|\[[a-z_]+/\d+\] |Waiting for the nodes)", line), line
     assert "Reverb client connecting" not in out and "User-requested termination" not in out
+    # Forked from the warm launcher although scipy is installed (the dev extra pins
+    # it; TensorFlow imports it and, with it, a BLAS thread pool), each actor
+    # stepping CartPole's NumPy vector env (env.vectorization='auto').
+    import importlib.util
+
+    assert importlib.util.find_spec("scipy") is not None
+    assert "each node a process of its own" not in out, out[:3000]
+    assert "stepped as one vector env: gymnasium (auto)" in out, out[:3000]
     s = read(summary_path)
     printed = [
         json.loads(line.split("summary: ", 1)[1]) for line in lines if "] summary: {" in line
