@@ -30,6 +30,7 @@ from tests.procs import run_tool_lines
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "configs", "apex_cartpole.py")
 R2D2 = os.path.join(ROOT, "configs", "r2d2_cartpole_masked.py")  # L=20, P=10, burn_in=10
+ATARI = os.path.join(ROOT, "configs", "apex_atari.py")
 
 
 def _message_names(err: ConfigError, field: str, shown: str, valid: str) -> None:
@@ -44,6 +45,7 @@ def _message_names(err: ConfigError, field: str, shown: str, valid: str) -> None
 # override syntax, environments, ports: load_config(file, overrides), as launch.train does.
 
 C = CARTPOLE
+A = ATARI
 LOAD_CASES = [
     # config values
     (C, [("replay.capacity", "0")], "replay.capacity", "0", "an integer >= 1", "capacity_zero"),
@@ -97,6 +99,12 @@ LOAD_CASES = [
     (C, [("env.id", "")], "env.id", "''", "a Gymnasium id such as 'CartPole-v1'", "env_empty_id"),
     (C, [("env.preprocessing", "atari")], "env.id", "'CartPole-v1'", "an ALE id such as 'ALE/Pong-v5' with preprocessing='atari'", "env_atari_preprocessing_on_cartpole"),
     (C, [("env.observation_indices", "(0, 9)")], "env.observation_indices", "(0, 9)", "each in [0, 3]", "env_observation_index_out_of_range"),
+    # env.vectorization (apex.vector_envs.check_vectorization, after the env is made)
+    (C, [("env.vectorization", "threads")], "env.vectorization", "'threads'", "one of ['auto', 'python', 'gymnasium', 'gymnasium_sync', 'gymnasium_async', 'ale', 'envpool']", "vectorization_unknown"),
+    (C, [("env.vectorization", "ale")], "env.vectorization", "'ale'", "'ale' only for an ALE id with env.preprocessing='atari'", "vectorization_ale_on_cartpole"),
+    (C, [("env.id", "Acrobot-v1"), ("env.vectorization", "gymnasium")], "env.vectorization", "'gymnasium'", "'gymnasium' only for an env with a vector entry point", "vectorization_gymnasium_without_vector_form"),
+    (A, [("env.vectorization", "ale"), ("env.kwargs", "{'mode': 1}")], "env.vectorization", "'ale'", "'python' for env.kwargs ['mode']", "vectorization_ale_with_unmapped_kwargs"),
+    (C, [("env.vectorization", "envpool")], "env.vectorization", "'envpool'", "an installed EnvPool (pip install envpool", "vectorization_envpool_missing"),
     # central inference and the model store
     (C, [("actor.inference", "gpu")], "actor.inference", "'gpu'", "one of ['local', 'central']", "inference_mode_unknown"),
     (C, [("inference.max_batch", "8")], "inference.max_batch", "8", "at least actor.envs_per_actor (16): one actor's request of 16 observations is never split", "inference_batch_below_a_request"),
