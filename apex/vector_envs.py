@@ -320,23 +320,33 @@ class AleSlots(SlotEnvs):
 class EnvpoolSlots(SlotEnvs):
     """EnvPool's gymnasium interface (installed by the user). EnvPool resets an
     ended env on its next step; the ended slots alone are stepped once more
-    (env_id) to start their new episodes in this one."""
+    (env_id) to start their new episodes in this one. EnvPool seeds its envs
+    from one seed (the first slot's)."""
 
     mode = "envpool"
 
     def __init__(self, config: EnvConfig, num_envs: int, faults: bool = False):
         super().__init__(config, num_envs, faults)
-        envpool = import_envpool()
-        task, kwargs = envpool_task(config)
-        self._env = envpool.make(task, env_type="gymnasium", num_envs=self.num_envs, **kwargs)
-        space = self._env.observation_space
+        self._envpool = import_envpool()
+        self._task, self._kwargs = envpool_task(config)
+        self._env = self._make(None)
         probe = gym.Env()
-        probe.observation_space, probe.action_space = space, self._env.action_space
+        probe.observation_space = self._env.observation_space
+        probe.action_space = self._env.action_space
         self.spec = spec_of(probe)
         self.num_actions = self.spec.num_actions
-        self._kwargs = kwargs
+
+    def _make(self, seed: int | None) -> Any:
+        kwargs = dict(self._kwargs)
+        if seed is not None:
+            kwargs["seed"] = seed
+        return self._envpool.make(
+            self._task, env_type="gymnasium", num_envs=self.num_envs, **kwargs
+        )
 
     def _reset(self, seeds: list[int]) -> np.ndarray:
+        self._env.close()
+        self._env = self._make(seeds[0])
         obs, _ = self._env.reset()
         return np.asarray(obs)
 
@@ -346,7 +356,7 @@ class EnvpoolSlots(SlotEnvs):
         ended = np.flatnonzero(terminated | truncated)
         reset_obs: dict[int, np.ndarray] = {}
         if len(ended):
-            first, *_ = self._env.step(np.zeros(len(ended), np.int64), ended.astype(np.int32))
+            first = self._env.step(np.zeros(len(ended), np.int64), ended.astype(np.int32))[0]
             reset_obs = {int(j): np.asarray(first[i]) for i, j in enumerate(ended)}
         return SlotStep(
             np.asarray(obs), np.asarray(rewards, np.float32), terminated, truncated, reset_obs

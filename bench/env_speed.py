@@ -108,8 +108,7 @@ def _timed(step, warmup: float, seconds: float) -> dict:
 
 def worker_actor(figure: str, mode: str, envs: int, warmup: float, seconds: float) -> dict:
     from apex import env_spec, slot_epsilons
-    from apex.agents import make_network, table_name
-    from apex.agents.dqn.acting import VectorActor
+    from apex.agents import VectorActor, make_network, table_name
     from apex.replay import TransitionWriter
 
     ctx = mp.get_context("spawn")
@@ -147,14 +146,12 @@ def worker_floor(figure: str, mode: str, envs: int, warmup: float, seconds: floa
     """ALE's vector env and the conv forward over all slots per step: no replay."""
     import numpy as np
 
-    from apex.agents import make_network
-    from apex.agents.dqn.networks import ACTING
-    from apex.agents.policy import ActingPolicy
-    from apex.vector_envs import make_slots
+    from apex import make_slots
+    from apex.agents import make_network, make_policy
 
     c = _config("pong", "ale", envs)
     slots = make_slots(c.env, envs)
-    policy = ActingPolicy(ACTING, c, slots.spec)
+    policy = make_policy(c, slots.spec)
     policy.set_weights(make_network(c, slots.spec, seed=0).get_weights())
     obs = slots.reset(list(range(envs)))
     rng = np.random.default_rng(0)
@@ -183,8 +180,7 @@ def worker_sgd(figure: str, mode: str, envs: int, warmup: float, seconds: float)
     import tensorflow as tf
 
     from apex import SGDStep, env_spec, slot_epsilons
-    from apex.agents import get_builder, make_network, make_tables, table_name
-    from apex.agents.dqn.acting import VectorActor
+    from apex.agents import VectorActor, get_builder, make_network, make_tables, table_name
     from apex.replay import TransitionWriter, make_dataset
 
     c = _config("pong", "ale", 8)
@@ -223,21 +219,19 @@ def worker_overlap(figure: str, mode: str, envs: int, warmup: float, seconds: fl
     import numpy as np
     from ale_py.vector_env import AtariVectorEnv
 
-    from apex.agents import make_network
-    from apex.agents.dqn.networks import ACTING
-    from apex.agents.policy import ActingPolicy
-    from apex.vector_envs import ale_game, make_slots
+    from apex import make_slots
+    from apex.agents import make_network, make_policy
 
     c = _config("pong", "ale", envs)
     probe = make_slots(c.env, 1)
     spec = probe.spec
     probe.close()
-    policy = ActingPolicy(ACTING, c, spec)
+    policy = make_policy(c, spec)
     policy.set_weights(make_network(c, spec, seed=0).get_weights())
     half = envs // 2
     halves = [
         AtariVectorEnv(
-            ale_game(c.env.id),
+            "pong",
             half,
             num_threads=min(half, 2),
             autoreset_mode="SameStep",

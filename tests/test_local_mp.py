@@ -190,3 +190,22 @@ def test_spawn_node_start_runs_each_node_as_a_process_of_its_own(tmp_path, why):
         assert "node start: each node a process of its own (learner.jit_compile" in out
     assert s["stop_reason"] == "max_learner_steps" and s["learner_steps"] >= 50
     assert processes_with_token(token) == []
+
+
+@pytest.mark.timeout(240)
+def test_actors_stepping_their_envs_in_subprocesses_stop_with_no_process_left(tmp_path):
+    """env.vectorization=gymnasium_async: each actor's envs in subprocesses forked
+    from the actor; the program trains, and its stop ends them with their actor."""
+    run_dir = str(tmp_path / "run")
+    out, s, token = run_train(
+        run_dir,
+        "--config.env.vectorization=gymnasium_async",
+        "--config.actor.envs_per_actor=2",
+        "--config.stop.max_learner_steps=50",
+        "--config.stop.max_wall_seconds=None",
+        "--config.replay.min_size=300",
+        timeout=200,
+    )
+    assert "stepped as one vector env: gymnasium_async" in out, out[:3000]
+    assert s["stop_reason"] == "max_learner_steps" and s["env_steps"] >= 300
+    assert processes_with_token(token) == []

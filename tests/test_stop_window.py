@@ -52,6 +52,7 @@ def test_a_stop_on_atari_ends_inside_the_window_with_a_final_checkpoint(tmp_path
     )
     for line in KILLED:
         assert line not in out, out[-4000:]
+    assert "stepped as one vector env: ale (auto)" in out  # ALE's C++ vector env
     assert summary["stop_reason"] == "max_learner_steps"
     assert summary["learner_steps"] >= 3
     # The final checkpoint is complete, named by summary.json, and of this learner step.

@@ -193,3 +193,20 @@ def test_an_unknown_mode_is_refused_before_anything_else():
     c.env.vectorization = "threads"
     with pytest.raises(ConfigError, match="env.vectorization='threads' is invalid"):
         validate(c)
+
+
+def test_envpool_restarts_an_ended_slot_in_the_same_step():
+    """Runs where the user installed EnvPool (not a dependency; skipped elsewhere)."""
+    pytest.importorskip("envpool")
+    obs, steps = roll(EnvConfig(), "envpool", 200, num_envs=4)
+    ends = 0
+    for s in steps:
+        assert sorted(s.reset_obs) == np.flatnonzero(s.terminated | s.truncated).tolist()
+        for j, first in s.reset_obs.items():
+            ends += 1
+            assert np.all(np.abs(first) <= 0.05)  # a new episode's first observation
+            if s.terminated[j]:
+                final = s.next_obs[j]
+                assert abs(final[0]) > 2.4 or abs(final[2]) > 12 * 2 * np.pi / 360
+        assert np.all(s.rewards == 1.0)  # no step is spent on a reset
+    assert ends > 10 and obs.shape == (4, 4)
