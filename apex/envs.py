@@ -64,7 +64,9 @@ class FaultInjection(gym.Wrapper):
         return self.env.step(action)
 
 
-def _register_ale() -> None:
+def register_ale() -> None:
+    """Registers ALE's ids with gymnasium; ConfigError naming the Atari extra when
+    ale-py is not installed."""
     try:
         import ale_py  # the optional Atari extra: imported for ALE ids only
     except ImportError:
@@ -77,7 +79,7 @@ def _register_ale() -> None:
 
 
 def _make_atari(config: EnvConfig, kwargs: dict) -> gym.Env:
-    _register_ale()
+    register_ale()
     # Frame skipping and max-pooling happen in AtariPreprocessing, so the
     # emulator itself must not skip.
     env = gym.make(
@@ -277,7 +279,7 @@ def make_env(config: EnvConfig, seed: int | None = None, faults: bool = False) -
             env = _make_atari(config, kwargs)
         else:
             if config.id.startswith("ALE/"):
-                _register_ale()
+                register_ale()
             env = gym.make(config.id, **kwargs)
     except gym.error.Error as err:
         raise _unknown_id(config, err) from None

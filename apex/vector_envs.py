@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from apex.config import EnvConfig
-from apex.envs import InjectedFault, _register_ale, make_env, spec_of
+from apex.envs import InjectedFault, make_env, register_ale, spec_of
 from apex.errors import ConfigError
 from apex.specs import EnvSpec
 
@@ -162,10 +162,10 @@ class SameStepCartPole(gym.vector.VectorEnv):
         self.observation_space = self._env.observation_space
         self.action_space = self._env.action_space
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
         return self._env.reset(seed=seed, options=options)
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> tuple:
         env = self._env
         obs, reward, terminated, truncated, info = env.step(actions)
         done = env.prev_done  # what its next step would reset: reset here instead
@@ -207,7 +207,6 @@ class GymnasiumSlots(SlotEnvs):
             spec = spec_of(probe)
         self.spec = spec
         self.num_actions = spec.num_actions
-        self._seeded = False
 
     def _reset(self, seeds: list[int]) -> np.ndarray:
         obs, _ = self._env.reset(seed=seeds if self.mode != "gymnasium" else seeds[0])
@@ -474,7 +473,7 @@ def check_vectorization(config: EnvConfig) -> str:
                 value,
                 f"'python' for env.kwargs {extra}: the ale mode maps only {list(_ALE_KWARGS)}",
             )
-        _register_ale()
+        register_ale()
     elif mode == "gymnasium":
         if not _has_vector_form(config) or config.preprocessing != "none":
             raise ConfigError(
