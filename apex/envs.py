@@ -1,4 +1,4 @@
-"""Environments: the only module of apex that imports gymnasium.
+"""Environments: one env as apex makes it (apex.vector_envs steps an actor's envs as one).
 
 What an env must have: a Discrete action space (DQN agents). Observations are
 stored as one array per step, encoded from the env's space by

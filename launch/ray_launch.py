@@ -75,8 +75,16 @@ _RECORDING_NODES = {
     "coordinator": ("coordinator", "evaluator"),
     "learner": ("learner", "inference"),
 }
-# What the launcher passes on to node processes from its own environment.
-_ENV_PREFIXES = ("APEX_", "TF_CPP_", "PYTHONWARNINGS", "PYTHONPATH")
+# What the launcher passes on to node processes from its own environment (with the
+# kernels and BLAS pool that launch.train sets before any import).
+_ENV_PREFIXES = (
+    "APEX_",
+    "TF_CPP_",
+    "TF_ENABLE_ONEDNN",
+    "OPENBLAS_",
+    "PYTHONWARNINGS",
+    "PYTHONPATH",
+)
 _PALETTE = (36, 33, 32, 34, 35)
 
 
