@@ -134,7 +134,11 @@ def main() -> None:
         subprocess.run(cmd, cwd=ROOT, check=True)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
-    path = save_results("pong_hour", {"run_dir": run_dir, "summary": summary})
+    with open(os.path.join(run_dir, "versions.json")) as f:
+        run_commit = json.load(f).get("git_commit")  # the commit the run ran at
+    path = save_results(
+        "pong_hour", {"run_dir": run_dir, "run_commit": run_commit, "summary": summary}
+    )
     png = path[: -len(".json")] + ".png"
     figures = plot(run_dir, png, summary)
     with open(path) as f:
