@@ -44,24 +44,8 @@ EXAMPLE_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", 
 
 
 class InjectedFault(RuntimeError):
-    """Raised by envs with EnvConfig.fault_every set (fault-tolerance tests)."""
-
-
-class FaultInjection(gym.Wrapper):
-    """Raises InjectedFault on every `every`-th step of this env."""
-
-    def __init__(self, env: gym.Env, every: int):
-        super().__init__(env)
-        self._every = int(every)
-        self._steps = 0
-
-    def step(self, action):
-        self._steps += 1
-        if self._steps % self._every == 0:
-            raise InjectedFault(
-                f"injected fault at step {self._steps} (env.fault_every={self._every})"
-            )
-        return self.env.step(action)
+    """Raised by an actor's envs with EnvConfig.fault_every set (fault-tolerance
+    tests; apex.vector_envs counts each slot's steps)."""
 
 
 def register_ale() -> None:
@@ -259,11 +243,8 @@ def _leaves_of(space: gym.Space, value: Any) -> list[Any]:
     return [value]
 
 
-def make_env(config: EnvConfig, seed: int | None = None, faults: bool = False) -> gym.Env:
-    """Makes one env and checks it fits a DQN agent; raises ConfigError otherwise.
-
-    `faults`: apply config.fault_every (actors' envs only; the evaluator's never fail).
-    """
+def make_env(config: EnvConfig, seed: int | None = None) -> gym.Env:
+    """Makes one env and checks it fits a DQN agent; raises ConfigError otherwise."""
     import_env_modules(config)
     kwargs = dict(config.kwargs)
     if config.max_episode_steps is not None:
@@ -341,8 +322,6 @@ def make_env(config: EnvConfig, seed: int | None = None, faults: bool = False) -
         )
     if config.clip_rewards:
         env = gym.wrappers.ClipReward(env, -1.0, 1.0)
-    if faults and config.fault_every is not None:
-        env = FaultInjection(env, config.fault_every)
     if seed is not None:
         env.action_space.seed(seed)
     return env

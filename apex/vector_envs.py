@@ -72,9 +72,11 @@ class SlotEnvs:
     implement `_reset` and `_step`."""
 
     mode: str = ""
+    # Whether the envs clip rewards themselves (make_env's, with env.clip_rewards).
+    clipped_by_envs: bool = False
 
     def __init__(self, config: EnvConfig, num_envs: int, faults: bool):
-        self._config = config
+        self._clip = config.clip_rewards and not self.clipped_by_envs
         self.num_envs = int(num_envs)
         self._fault_every = config.fault_every if faults else None
         self._steps = 0
@@ -93,7 +95,7 @@ class SlotEnvs:
                 f"injected fault at step {self._steps} (env.fault_every={self._fault_every})"
             )
         out = self._step(np.asarray(actions, np.int64))
-        if self._config.clip_rewards:
+        if self._clip:
             np.clip(out.rewards, -1.0, 1.0, out=out.rewards)
         return out
 
@@ -111,10 +113,10 @@ class PythonSlots(SlotEnvs):
     """A list of make_env envs, stepped one by one."""
 
     mode = "python"
+    clipped_by_envs = True
 
     def __init__(self, config: EnvConfig, num_envs: int, faults: bool = False):
         super().__init__(config, num_envs, faults)
-        # make_env clips rewards with env.clip_rewards; SlotEnvs.step clips again (idempotent).
         self._envs = [make_env(config) for _ in range(self.num_envs)]
         self.spec = spec_of(self._envs[0])
         self.num_actions = self.spec.num_actions
@@ -185,7 +187,9 @@ class SameStepCartPole(gym.vector.VectorEnv):
 
 class GymnasiumSlots(SlotEnvs):
     """Any gymnasium VectorEnv in same-step autoreset mode (final observations in
-    info['final_obs']); `encode` turns a batch of its observations into the stored type."""
+    info['final_obs']). `encode` turns a batch of its observations into the stored
+    type; `of_make_env`: its envs are make_env's (encoded, rewards clipped);
+    `one_seed`: it seeds all its slots from one seed (the first slot's)."""
 
     def __init__(
         self,
@@ -195,9 +199,13 @@ class GymnasiumSlots(SlotEnvs):
         faults: bool = False,
         encode: Any = None,
         spec: EnvSpec | None = None,
+        of_make_env: bool = True,
+        one_seed: bool = False,
     ):
+        self.clipped_by_envs = of_make_env
         super().__init__(config, env.num_envs, faults)
         self.mode = mode
+        self._one_seed = one_seed
         self._env = env
         self._encode = encode or (lambda obs: obs)
         if spec is None:
@@ -209,7 +217,7 @@ class GymnasiumSlots(SlotEnvs):
         self.num_actions = spec.num_actions
 
     def _reset(self, seeds: list[int]) -> np.ndarray:
-        obs, _ = self._env.reset(seed=seeds if self.mode != "gymnasium" else seeds[0])
+        obs, _ = self._env.reset(seed=seeds[0] if self._one_seed else seeds)
         return self._encode(obs)
 
     def _step(self, actions: np.ndarray) -> SlotStep:
@@ -220,10 +228,10 @@ class GymnasiumSlots(SlotEnvs):
         next_obs = obs.copy() if len(ended) else obs
         reset_obs: dict[int, np.ndarray] = {}
         if len(ended):
-            final = info["final_obs"]
-            for j in ended:
-                reset_obs[int(j)] = obs[j]
-                next_obs[j] = self._encode(np.asarray(final[j])[None])[0]
+            next_obs[ended] = self._encode(
+                np.stack([np.asarray(info["final_obs"][j]) for j in ended])
+            )
+            reset_obs = {int(j): obs[j] for j in ended}
         return SlotStep(
             next_obs, np.asarray(rewards, np.float32).copy(), terminated, truncated, reset_obs
         )
@@ -519,7 +527,9 @@ def make_slots(
             spec = spec_of(one)
         finally:
             one.close()
-        return GymnasiumSlots(config, env, mode, faults, encode, spec)
+        return GymnasiumSlots(
+            config, env, mode, faults, encode, spec, of_make_env=False, one_seed=True
+        )
     thunks = [functools.partial(make_env, config) for _ in range(num_envs)]
     if mode == "gymnasium_sync":
         env = gym.vector.SyncVectorEnv(thunks, autoreset_mode=same_step)

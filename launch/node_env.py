@@ -19,3 +19,13 @@ PROCESS_RESTART_ENV = "APEX_PROCESS_RESTART"
 # Set on the last start of an actor past actor.max_restarts: the actor reports
 # this text to the coordinator as its failure (the program stops in order) and acts no more.
 GIVE_UP_ENV = "APEX_ACTOR_GIVE_UP"
+# What the Ray launcher passes on to its node processes from its own environment
+# (with the kernels and BLAS pool launch.train sets before any import).
+FORWARDED_ENV_PREFIXES = (
+    "APEX_",
+    "TF_CPP_",
+    "TF_ENABLE_ONEDNN",
+    "OPENBLAS_",
+    "PYTHONWARNINGS",
+    "PYTHONPATH",
+)

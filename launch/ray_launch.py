@@ -62,7 +62,7 @@ from apex import (
     write_json_atomic,
 )
 from launch import node_process
-from launch.node_env import PROCESS_RESTART_ENV, RESTARTED_ENV
+from launch.node_env import FORWARDED_ENV_PREFIXES, PROCESS_RESTART_ENV, RESTARTED_ENV
 from launch.node_restarts import death_text, died_unasked, policy_env
 from launch.ray_connect import RaySession, cluster_nodes, import_ray
 from launch.ray_host import NodeHost, free_ports
@@ -75,16 +75,6 @@ _RECORDING_NODES = {
     "coordinator": ("coordinator", "evaluator"),
     "learner": ("learner", "inference"),
 }
-# What the launcher passes on to node processes from its own environment (with the
-# kernels and BLAS pool that launch.train sets before any import).
-_ENV_PREFIXES = (
-    "APEX_",
-    "TF_CPP_",
-    "TF_ENABLE_ONEDNN",
-    "OPENBLAS_",
-    "PYTHONWARNINGS",
-    "PYTHONPATH",
-)
 _PALETTE = (36, 33, 32, 34, 35)
 
 
@@ -210,7 +200,7 @@ class RayLauncher:
         self._control = compat.courier_server(_Control(self.request_stop), self._control_port)
         self._control_address = f"{session.launcher_ip}:{self._control_port}"
         compat.prepare_nodes(program, StopViaLauncher(self._control_address))
-        self._env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        self._env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
         self._env.update(policy_env(config))  # dead actors come back: the coordinator waits
         lease = config.cluster.actor_lost_after_seconds
         if not lease or config.logging.heartbeat_period_seconds <= 0:

@@ -112,7 +112,6 @@ def test_the_cartpole_vector_entry_point_restarts_an_ended_slot_in_the_same_step
 def test_the_cartpole_vector_entry_point_follows_cartpoles_dynamics():
     import gymnasium as gym
 
-    _, steps = roll(EnvConfig(), "gymnasium", 1, num_envs=4, seed=3)
     env = EnvConfig(vectorization="gymnasium")
     slots = make_slots(env, 4)
     obs = slots.reset([3, 4, 5, 6])
