@@ -47,6 +47,7 @@ The roles a program runs (launch/nodes/ adapts each to a node)
 Process life and supervision
     STOP_WINDOW                      the stop's time budget (apex.lifecycle)
     NodeMonitor, decide_restart      who watches the nodes; whether a dead one restarts
+    decide_program_restart, failed_node, read_program_restarts   whole-program restarts
     exception_text, record_failure, recorded_failure   a node's failure, written and read
     read_heartbeats, pid_alive       RUN_DIR's heartbeats; whether a process runs
     diagnose                         the hang doctor's findings on a run directory
@@ -123,7 +124,12 @@ from apex.placement import (
 from apex.placement import describe as describe_placement
 from apex.planning import rate_limit_plan
 from apex.ports import check_port_free
-from apex.restart import decide_restart
+from apex.restart import (
+    decide_program_restart,
+    decide_restart,
+    failed_node,
+    read_program_restarts,
+)
 from apex.roles import Reporter
 from apex.run_dir import default_run_dir, git_commit, prepare_run_dir, run_setting
 from apex.specs import EnvSpec
@@ -220,11 +226,14 @@ __all__ = [
     "NodeMonitor",
     "StopReason",
     "StopVerdict",
+    "decide_program_restart",
     "decide_restart",
     "diagnose",
+    "failed_node",
     "exception_text",
     "pid_alive",
     "read_heartbeats",
+    "read_program_restarts",
     "record_failure",
     "recorded_failure",
     # run directories and output

@@ -85,6 +85,8 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("env.fault_every", "int>=1", True),
     ("checkpoint.period_seconds", "num>0", True),
     ("checkpoint.keep", "int>=1", False),
+    ("checkpoint.max_program_restarts", "int>=0", False),
+    ("checkpoint.crash_loop_seconds", "num>=0", False),
     ("learner.batch_size", "int>=1", False),
     ("learner.learning_rate", "num>0", False),
     ("learner.learning_rate_final", "num>0", True),

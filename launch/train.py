@@ -81,7 +81,13 @@ from apex import (  # noqa: E402
     verbose,
     write_lines,
 )
-from launch import cli_flags, node_restarts, ray_connect, ray_launch  # noqa: E402
+from launch import (  # noqa: E402
+    cli_flags,
+    node_restarts,
+    program_restarts,
+    ray_connect,
+    ray_launch,
+)
 from launch.exit_codes import (  # noqa: E402
     EXIT_BAD_INPUT,
     EXIT_SIGNAL,
@@ -162,6 +168,8 @@ _RAY_NODE_IP = flags.DEFINE_string(
 )
 
 _OVERRIDES: list[tuple[str, str]] = []
+# The launcher's next life after a node's failure (launch.program_restarts).
+_NEXT_LIFE: list[program_restarts.Restart] = []
 
 
 def parse_argv(argv: list[str]) -> list[str]:
@@ -252,10 +260,13 @@ def main(argv: list[str]) -> int:
                     f"--{name}", flags.FLAGS[name].value, "given only with --launcher=ray"
                 )
     try:
-        return _launch(config, launch_type, start_time, session, placement, prepared.packages)
+        code = _launch(config, launch_type, start_time, session, placement, prepared.packages)
     finally:
         if session is not None:
             session.shutdown()
+    if _NEXT_LIFE:  # the program failed and starts again (launch.program_restarts)
+        _NEXT_LIFE[0].execute()
+    return code
 
 
 def _connect_ray(config: ApexConfig, launch_type: str):
@@ -299,6 +310,7 @@ def _launch(config, launch_type, start_time, session, placement, env_packages=No
         return EXIT_BAD_INPUT
     if resume is not None:
         check_limits_left(config, resume.state)
+    program_restarts.note_resume(run_dir, resume)
     run_dir = prepare_run_dir(run_dir, config, env_packages=env_packages)
     config.run_dir = run_dir
     # Heartbeats of a previous launch name dead pids: start without them.
@@ -427,6 +439,15 @@ def _launch_program(
         failed = death
     if failed is not None:
         print(f"[apex] a node failed: {failed}", file=sys.stderr, flush=True)
+        # The failure stopped the program (the first stop reason recorded), not a
+        # user's Ctrl-C (a SIGTERM may be Launchpad's own stop: the reason tells).
+        first_reason = (summary or {}).get("stop_reason")
+        if first_reason == StopReason.NODE_FAILED.value and signal.SIGINT not in SIGNALS_SEEN:
+            life = (death_time or time.time()) - _LAUNCH_TIME
+            restart = program_restarts.plan(run_dir, config, summary, str(failed), life)
+            if restart is not None:
+                _NEXT_LIFE.append(restart)
+    program_restarts.add_to_summary(run_dir, summary)
     code = exit_code(summary, failed is not None)
     sys.stdout.close()
     return code

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from apex import checkpointing, read_program_restarts
 from apex.lifecycle import NO_SHARED_FS_ENV
 from tests.procs import (
     ROOT,
@@ -79,14 +80,15 @@ def _head_id(cluster) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_program(
+def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_restarts_the_program(
     cluster, tmp_path, monkeypatch
 ):
     """A worker node removed mid-run: its actor runs again on another node and
     carries on from its counts. The other actor's process is SIGKILLed: it
-    starts again under its NodeHost, with its counts. The learner's host (its Ray worker) then dies:
-    no restart, the program stops in order, 'node failed', exit 1, and nothing
-    is left. (A Ctrl-C's orderly stop on a cluster, with its final checkpoint:
+    starts again under its NodeHost, with its counts. The learner's host (its Ray
+    worker) then dies: the program stops in order and the launcher starts it
+    again on the cluster from the newest complete checkpoint, with nobody
+    relaunching it; a SIGTERM then stops it (exit 143) and nothing is left. (A Ctrl-C's orderly stop on a cluster, with its final checkpoint:
     tests/test_ray_simulated.py.)"""
     spare = cluster.add_node(num_cpus=2, resources={"apex_actor": 1})
     cluster.wait_for_nodes()
@@ -100,6 +102,7 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
         f"--ray_address={cluster.address}",
         "--config.actor.restart_backoff_seconds=0.5",
         "--config.stop.max_wall_seconds=600",
+        "--config.checkpoint.period_seconds=5",
     )
     lines, reader = read_in_background(proc)
     try:
@@ -164,7 +167,36 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
         )
         assert again["ray_node"] == old["ray_node"]  # under the same NodeHost
         assert again["counters"]["env_steps"] > old["counters"]["env_steps"]
+        wait_until(
+            lambda: checkpointing.latest_complete(run_dir), STARTUP_TIMEOUT, "a checkpoint"
+        )
         os.kill(moved_placement["nodes"]["learner"]["host_pid"], 9)  # the learner's host
+        # The program comes back by itself: a new learner steps past the checkpoint.
+        restarts = wait_until(
+            lambda: read_program_restarts(run_dir), STOP_TIMEOUT, "a program restart record"
+        )
+        wait_until(
+            lambda: "resumed_from" in read_program_restarts(run_dir)[-1],
+            STARTUP_TIMEOUT,
+            lambda: f"the restarted program's resume; output: {''.join(lines)[-4000:]}",
+        )
+        resumed = read_program_restarts(run_dir)[-1]
+        step = int(resumed["resumed_from"].split("-")[1])
+
+        def trains_again() -> bool:
+            try:
+                with open(os.path.join(run_dir, "state.json")) as f:
+                    st = json.load(f)
+            except (OSError, ValueError):
+                return False
+            return st.get("program_restarts") == 1 and (st.get("learner_steps") or 0) > step
+
+        wait_until(
+            trains_again,
+            STARTUP_TIMEOUT,
+            lambda: f"the restarted learner to step; output: {''.join(lines)[-4000:]}",
+        )
+        proc.terminate()
         proc.wait(timeout=STOP_TIMEOUT)
         reader.join(timeout=STOP_TIMEOUT)
     finally:
@@ -172,7 +204,8 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
     out = "".join(lines)
     assert "restarted on Ray node" in out, out[-3000:]
     assert "restarted under its NodeHost" in out and "was killed by SIGKILL" in out, out[-3000:]
-    assert proc.returncode == 1, out[-3000:]
+    assert proc.returncode == 143, out[-3000:]
+    assert "starting the program again" in out, out[-3000:]
     for i in (0, 1):  # the guard was on in both actors, and nothing they did needed a write
         assert f"actor_{i}: writes under the run directory are refused" in out, out[-3000:]
     assert "PermissionError" not in out, out[-3000:]
@@ -180,10 +213,13 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_stops_the_progra
         with open(os.path.join(run_dir, "metrics", f"actor_{i}.jsonl")) as f:
             rows = [json.loads(line) for line in f]
         assert rows and rows[-1]["actor/env_steps"] > 0
+    assert len(restarts) == 1 and restarts[0]["node"] == "learner", restarts
+    assert "learner/0's Ray worker or node" in restarts[0]["failure"], restarts
     with open(os.path.join(run_dir, "summary.json")) as f:
-        failed = json.load(f)
-    assert failed["stop_reason"] == "node failed", failed
-    assert "learner/0's Ray worker or node" in failed["failure"], failed
+        summary = json.load(f)
+    assert summary["stop_reason"] == "stopped", summary
+    assert summary["program_restarts"] == 1 and summary["learner_steps"] > step, summary
+    assert summary["restarts"][0]["resumed_from"] == resumed["resumed_from"], summary
     wait_until_gone(token)
     wait_until(
         lambda: _all_free(cluster), STOP_TIMEOUT, "every Ray actor of the program to be gone"

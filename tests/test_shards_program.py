@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import reverb
 
-from apex import checkpointing
+from apex import checkpointing, read_program_restarts
 from apex import heartbeat as hb
 from apex.config import ApexConfig, to_dict
 from apex.errors import CheckpointError, ConfigError
@@ -392,28 +392,40 @@ def test_resume_restores_every_shard_and_another_shard_count_is_refused(tmp_path
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_sigkill_of_a_shard_stops_the_program_naming_it_and_leaves_no_process(tmp_path):
+@pytest.mark.timeout(420)
+def test_sigkill_of_a_shard_restarts_the_program_from_a_checkpoint_with_every_shard(tmp_path):
+    """A killed replay shard stops the program in order, naming it; the launcher
+    starts the program again from the newest complete checkpoint (which holds
+    both shards), the learner steps on, and a SIGTERM leaves no process."""
     from tests.procs import interrupt, start_learning, wait_for_state
 
     run_dir = str(tmp_path / "run")
     proc, token = start_learning(
         run_dir,
         "--config.replay.num_shards=2",
-        "--config.stop.max_wall_seconds=300",
-        "--config.checkpoint.period_seconds=None",
+        "--config.stop.max_wall_seconds=400",
+        "--config.checkpoint.period_seconds=2",
     )
     # Both shards fill (state.json: per-shard figures) before one is killed.
     wait_for_state(
         run_dir, lambda st: all((v["size"] or 0) > 0 for v in st["replay_shards"].values())
     )
+    wait_until(lambda: checkpointing.latest_complete(run_dir), 300, "a complete checkpoint")
     pid = hb.read_heartbeats(run_dir)["replay_1"]["pid"]
-    out = interrupt(proc, token, lambda: os.kill(pid, signal.SIGKILL))
-    assert proc.returncode == 1, out[-3000:]
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        s = json.load(f)
-    assert s["stop_reason"] == "node failed", s
-    assert s["failure"].startswith(f"replay_1 (pid {pid}) exited without stopping"), s
+    os.kill(pid, signal.SIGKILL)
+    resumed = wait_until(
+        lambda: next((r for r in read_program_restarts(run_dir) if "resumed_from" in r), None),
+        300,
+        "the program's restart",
+    )
+    step = int(resumed["resumed_from"].split("-")[1])
+    wait_for_state(
+        run_dir, lambda st: st.get("program_restarts") == 1 and st["learner_steps"] > step
+    )
+    out = interrupt(proc, token, proc.terminate)
+    assert proc.returncode == 143, out[-3000:]
+    assert resumed["node"] == "replay_1", resumed
+    assert resumed["failure"].startswith(f"replay_1 (pid {pid}) exited without stopping"), resumed
     assert "did not terminate in time" not in out, out[-3000:]
     # A checkpoint without shard 1 is never complete.
     for path in checkpointing.list_complete(run_dir):

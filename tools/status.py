@@ -32,7 +32,13 @@ import time  # noqa: E402
 
 from absl import flags  # noqa: E402
 
-from apex import diagnose, pid_alive, read_heartbeats, run_setting  # noqa: E402
+from apex import (  # noqa: E402
+    diagnose,
+    pid_alive,
+    read_heartbeats,
+    read_program_restarts,
+    run_setting,
+)
 from apex import heartbeat as hb  # noqa: E402
 from apex.replay import format_stats, shard_rule, table_stats  # noqa: E402
 from tools.replay_inspect import format_shard_stats, read_shard_addresses, total_stats  # noqa: E402
@@ -203,11 +209,27 @@ def status(run_dir: str, stall_seconds: float | None = None) -> dict:
     }
     if shards is not None:
         out["replay_shards"] = shards
+    out["program_restarts"] = read_program_restarts(run_dir)
     for component in ("inference", "model_store"):
         row = _last_row(run_dir, component)
         if row is not None:
             out[component] = row
     return out
+
+
+def format_program_restarts(records: list[dict]) -> str:
+    """The run's whole-program restarts: how many, and the last one's cause and cost."""
+    last = records[-1]
+    cost = ""
+    if last.get("env_steps_lost") is not None:
+        cost = (
+            f"; lost {last['env_steps_lost']:,} env steps and "
+            f"{last.get('sgd_steps_lost') or 0:,} SGD steps back to {last['resumed_from']}"
+        )
+    return (
+        f"program restarts: {len(records)}; the last after {last['node']} failed "
+        f"{last['life_seconds']:.0f} s into its life ({last['failure']}){cost}"
+    )
 
 
 def format_status(s: dict) -> str:
@@ -258,6 +280,8 @@ def format_status(s: dict) -> str:
         lines.append(format_inference(s["inference"], s["time"]))
     if s.get("model_store"):
         lines.append(format_model_store(s["model_store"], s["time"]))
+    if s.get("program_restarts"):
+        lines.append(format_program_restarts(s["program_restarts"]))
     if s["findings"]:
         lines.append("doctor:")
         lines += [

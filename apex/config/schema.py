@@ -341,6 +341,15 @@ class CheckpointConfig:
     criterion, Ctrl-C, SIGTERM, a failed node)."""
     keep: int = 2
     """Complete checkpoints kept; older ones are deleted after a new one completes."""
+    max_program_restarts: int = 10
+    """Whole-program restarts per launch after a node other than an actor dies
+    (the learner, a replay shard, the coordinator): the launcher stops what is
+    left and starts the program again from the newest complete checkpoint
+    (0: stop with exit 1 instead). Actors restart on their own (actor.max_restarts)."""
+    crash_loop_seconds: float = 120.0
+    """A program life shorter than this that ends with a node's failure is quick;
+    3 quick lives in a row ended by the same node are a crash loop: the program
+    stops (exit 1) naming the node and its failure."""
 
 
 @dataclasses.dataclass

@@ -28,6 +28,7 @@ from apex.fence import Leases
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
 from apex.replay.shards import shard_index
+from apex.restart import read_program_restarts
 from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
 from apex.verdicts import FailureKind, NodeFailure, StopReason, StopVerdict
 
@@ -116,6 +117,8 @@ class Coordinator:
         self.actors_lost = 0
         self.moves = ShardMoves(int(config.replay.num_shards))  # shards lost and moved
         self.actor_restarts = ActorRestarts(restart_grace)
+        # Whole-program restarts before this life (launch.program_restarts).
+        self.program_restarts = len(read_program_restarts(run_dir)) if run_dir else 0
         self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
         self._node_metrics: dict[str, MetricsWriter] = {}
         self.replay.write_addresses(run_dir)
@@ -356,6 +359,7 @@ class Coordinator:
             self._failure_time,
         )
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
+        s["program_restarts"] = self.program_restarts
         s["network"] = self.partitions.costs(self.heartbeats.beats())
         s["network"].update(self._fence_figures())
         s["network"].update(self.moves.figures())
@@ -404,6 +408,8 @@ class Coordinator:
             line += f" | shards lost {self.moves.shards_lost}" + (
                 f" ({', '.join(moving)} being replaced)" if moving else ""
             )
+        if self.program_restarts:
+            line += f" | program restarts {self.program_restarts}"
         return line + self.actor_restarts.text(self.heartbeats.beats())
 
     def _write_metrics(self, rates: dict[str, float]) -> None:
@@ -411,6 +417,7 @@ class Coordinator:
             return
         row = figures.metrics_row(self.counters, self.replay, rates, len(self.findings))
         row["coordinator/actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
+        row["coordinator/program_restarts"] = self.program_restarts
         network = self.partitions.costs(self.heartbeats.beats())
         silent = self.partitions.unreachable(self.heartbeats.beats(), time.time())
         row["coordinator/actors_unreachable"] = sum(n.startswith(ACTOR_PREFIX) for n in silent)

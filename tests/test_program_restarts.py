@@ -1,0 +1,162 @@
+"""Whole-program restarts (checkpoint.max_program_restarts): the policy alone,
+then real local_mp programs whose learner is SIGKILLed: once (the program comes
+back by itself from the newest complete checkpoint and reaches its own stop),
+and at every start (a crash loop: it stops naming the node). A killed replay
+shard: tests/test_shards_program.py; a learner's host on Ray: tests/test_ray.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from apex import checkpointing, decide_program_restart, read_heartbeats, read_program_restarts
+from apex.restart import CRASH_LOOP_LIVES
+from tests.procs import (
+    STARTUP_TIMEOUT,
+    STOP_TIMEOUT,
+    kill_tree,
+    read_in_background,
+    start_train,
+    wait_until,
+    wait_until_gone,
+)
+
+
+def _life(node: str, seconds: float) -> dict:
+    return {"node": node, "life_seconds": seconds}
+
+
+def test_a_learner_death_restarts_the_program_at_once_after_a_long_life():
+    d = decide_program_restart("learner", 900.0, [_life("learner", 800.0)], 10, 120.0)
+    assert d.restart and d.wait == 0.0 and d.why == "restart 2/10"
+
+
+def test_actors_and_placement_failures_are_not_restarted_this_way():
+    for node in ("actor_0", "placement", ""):
+        d = decide_program_restart(node, 900.0, [], 10, 120.0)
+        assert not d.restart, node
+
+
+def test_past_max_program_restarts_the_program_stops():
+    earlier = [_life("learner", 500.0)] * 3
+    d = decide_program_restart("replay_1", 500.0, earlier, 3, 120.0)
+    assert not d.restart and d.why == "past checkpoint.max_program_restarts=3"
+    assert not decide_program_restart("learner", 500.0, [], 0, 120.0).restart
+
+
+def test_quick_deaths_back_off_then_make_a_crash_loop():
+    first = decide_program_restart("learner", 5.0, [], 10, 120.0)
+    second = decide_program_restart("learner", 5.0, [_life("learner", 5.0)], 10, 120.0)
+    assert (first.restart, first.wait) == (True, 1.0)
+    assert (second.restart, second.wait) == (True, 2.0)
+    loop = decide_program_restart(
+        "learner", 5.0, [_life("learner", 5.0)] * (CRASH_LOOP_LIVES - 1), 10, 120.0
+    )
+    assert not loop.restart
+    assert loop.why == (
+        "crash loop: learner failed 3 times in a row, each within 120 s of a start "
+        "(checkpoint.crash_loop_seconds)"
+    )
+
+
+def test_a_long_life_or_another_node_between_quick_deaths_is_no_crash_loop():
+    long_between = [_life("learner", 5.0), _life("learner", 600.0), _life("learner", 5.0)]
+    assert decide_program_restart("learner", 5.0, long_between, 10, 120.0).restart
+    other_node = [_life("learner", 5.0), _life("replay_0", 5.0)]
+    assert decide_program_restart("learner", 5.0, other_node, 10, 120.0).restart
+
+
+def _kill_learner(run_dir: str, not_pid: int | None = None) -> int:
+    """SIGKILLs the learner's process once it beats (a pid other than `not_pid`)."""
+
+    def learner_pid() -> int | None:
+        beat = read_heartbeats(run_dir).get("learner")
+        pid = beat and int(beat["pid"])
+        return pid if pid and pid != not_pid else None
+
+    pid = wait_until(learner_pid, STARTUP_TIMEOUT, "a learner's heartbeat")
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _summary(run_dir: str) -> dict:
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_a_sigkilled_learner_is_survived_without_a_relaunch(tmp_path):
+    """The learner dies after a complete checkpoint: the launcher starts the
+    program again in the same run directory from it, the restart is recorded
+    with its cost, and the run reaches its own stop (exit 0) with no process
+    left."""
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        "--config.checkpoint.period_seconds=2",
+        "--config.stop.max_learner_steps=3000",
+        "--config.stop.max_wall_seconds=400",
+        "--config.logging.tensorboard=False",
+    )
+    lines, reader = read_in_background(proc)
+    try:
+        ckpt = wait_until(
+            lambda: checkpointing.latest_complete(run_dir),
+            STARTUP_TIMEOUT,
+            lambda: f"a complete checkpoint; output: {''.join(lines)[-3000:]}",
+        )
+        killed = _kill_learner(run_dir)
+        proc.wait(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
+        reader.join(timeout=STOP_TIMEOUT)
+        wait_until_gone(token)
+    finally:
+        kill_tree(proc, token)
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-4000:]
+    assert "[apex] starting the program again in" in out, out[-4000:]
+    (record,) = read_program_restarts(run_dir)
+    assert record["node"] == "learner" and f"(pid {killed})" in record["failure"], record
+    # Resumed from a complete checkpoint at or after the one seen before the kill.
+    step = int(record["resumed_from"].split("-")[1])
+    assert step >= int(os.path.basename(ckpt).split("-")[1]), record
+    assert record["sgd_steps_lost"] == record["at_learner_steps"] - step, record
+    assert record["env_steps_lost"] >= 0, record
+    summary = _summary(run_dir)
+    assert summary["stop_reason"] == "max_learner_steps", summary
+    assert summary["learner_steps"] >= 3000 and summary["program_restarts"] == 1, summary
+    assert summary["restarts"] == [record], summary
+    assert f"program restart 1 after learner failed: lost {record['env_steps_lost']:,}" in out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_learner_that_dies_at_every_start_is_a_crash_loop_named_in_the_summary(tmp_path):
+    run_dir = str(tmp_path / "run")
+    proc, token = start_train(
+        run_dir,
+        "--config.checkpoint.period_seconds=1",
+        "--config.stop.max_wall_seconds=500",
+        "--config.logging.tensorboard=False",
+    )
+    lines, reader = read_in_background(proc)
+    try:
+        wait_until(lambda: checkpointing.latest_complete(run_dir), STARTUP_TIMEOUT, "a checkpoint")
+        pid = None
+        for _ in range(3):  # each life's learner, as soon as it beats
+            pid = _kill_learner(run_dir, not_pid=pid)
+        proc.wait(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
+        reader.join(timeout=STOP_TIMEOUT)
+        wait_until_gone(token)
+    finally:
+        kill_tree(proc, token)
+    out = "".join(lines)
+    assert proc.returncode == 1, out[-4000:]
+    assert len(read_program_restarts(run_dir)) == 2, out[-4000:]
+    failure = _summary(run_dir)["failure"]
+    assert failure.startswith("crash loop: learner failed 3 times in a row"), failure
+    assert f"learner (pid {pid}) exited without stopping" in failure, failure
+    assert "the program is not started again: crash loop" in out, out[-4000:]
