@@ -47,7 +47,8 @@ The roles a program runs (launch/nodes/ adapts each to a node)
 Process life and supervision
     STOP_WINDOW                      the stop's time budget (apex.lifecycle)
     NodeMonitor, decide_restart      who watches the nodes; whether a dead one restarts
-    decide_program_restart, failed_node, read_program_restarts   whole-program restarts
+    decide_program_restart, failed_node, read_program_restarts, PROGRAM_RESTARTS_FILE
+                                     whole-program restarts (RUN_DIR/restarts.json)
     exception_text, record_failure, recorded_failure   a node's failure, written and read
     read_heartbeats, pid_alive       RUN_DIR's heartbeats; whether a process runs
     diagnose                         the hang doctor's findings on a run directory
@@ -125,6 +126,7 @@ from apex.placement import describe as describe_placement
 from apex.planning import rate_limit_plan
 from apex.ports import check_port_free
 from apex.restart import (
+    PROGRAM_RESTARTS_FILE,
     decide_program_restart,
     decide_restart,
     failed_node,
@@ -226,6 +228,7 @@ __all__ = [
     "NodeMonitor",
     "StopReason",
     "StopVerdict",
+    "PROGRAM_RESTARTS_FILE",
     "decide_program_restart",
     "decide_restart",
     "diagnose",

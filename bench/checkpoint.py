@@ -137,6 +137,9 @@ def _train(run_dir: str, *overrides: str) -> subprocess.Popen:
             "--config=configs/apex_cartpole.py",
             f"--config.run_dir={run_dir}",
             "--config.logging.progress_period_seconds=0",
+            # What a kill costs when the run is resumed by hand (the launcher's
+            # own restarts: tests/test_program_restarts.py).
+            "--config.checkpoint.max_program_restarts=0",
             *overrides,
         ],
         cwd=ROOT,

@@ -84,6 +84,9 @@ class Launch:
             "--config.stop.max_actor_steps=1000000000000",  # a stop criterion must exist
             "--config.stop.when_solved=false",
             f"--config.checkpoint.period_seconds={args.checkpoint_period}",
+            # The soak resumes after a learner or shard kill itself (it does not
+            # count the launcher's own restarts yet).
+            "--config.checkpoint.max_program_restarts=0",
             "--config.logging.progress_period_seconds=10",
             "--config.logging.tensorboard=False",
             f"--config.replay.num_shards={args.shards}",

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from apex import (
+    PROGRAM_RESTARTS_FILE,
     ApexConfig,
     checkpointing,
     decide_program_restart,
@@ -26,7 +27,6 @@ from apex import (
     read_program_restarts,
     write_json_atomic,
 )
-from apex.restart import PROGRAM_RESTARTS_FILE
 
 RESTARTS_ENV = "APEX_PROGRAM_RESTARTS"
 """Restarts so far in this launch, set for the launcher it executes again."""

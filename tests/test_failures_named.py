@@ -372,6 +372,9 @@ def test_an_evaluator_that_dies_of_a_value_error_stops_the_program_naming_it(tmp
         "--config.env.imports=('tests.crashing_envs',)",
         "--config.evaluation.period_seconds=0.5",
         "--config.stop.max_wall_seconds=300",
+        # The failure as the program stops on it; not started again
+        # (tests/test_program_restarts.py: the restarts).
+        "--config.checkpoint.max_program_restarts=0",
     )
     try:
         out, _ = proc.communicate(timeout=360)

@@ -167,9 +167,7 @@ def test_a_lost_actor_node_is_replaced_then_a_lost_learner_host_restarts_the_pro
         )
         assert again["ray_node"] == old["ray_node"]  # under the same NodeHost
         assert again["counters"]["env_steps"] > old["counters"]["env_steps"]
-        wait_until(
-            lambda: checkpointing.latest_complete(run_dir), STARTUP_TIMEOUT, "a checkpoint"
-        )
+        wait_until(lambda: checkpointing.latest_complete(run_dir), STARTUP_TIMEOUT, "a checkpoint")
         os.kill(moved_placement["nodes"]["learner"]["host_pid"], 9)  # the learner's host
         # The program comes back by itself: a new learner steps past the checkpoint.
         restarts = wait_until(
