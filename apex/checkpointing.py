@@ -9,6 +9,9 @@ Layout of RUN_DIR/checkpoints/ckpt-<learner step, 9 digits>/:
                     replay table (name, settings, signature), the network's shapes
     replay/         a Reverb checkpoint of the replay server: items, priorities,
                     table and rate-limiter state
+    sha256.json     the SHA-256 of every file above (Reverb's included), written
+                    before COMPLETE; `load` verifies them (CorruptCheckpointError
+                    names the file), and a resume sets a damaged checkpoint aside
     COMPLETE        written last: a directory without it is never loaded
 
 With replay.num_shards = S > 1 (apex.replay.shards) `replay/` is replaced by one
@@ -43,8 +46,12 @@ from typing import Any
 
 import numpy as np
 
+from apex.checksums import CHECKSUMS_FILE, set_aside, verify, write_checksums  # noqa: F401
 from apex.config import ApexConfig, to_dict
-from apex.errors import CheckpointError  # noqa: F401 - re-exported: the one checkpoint error
+from apex.errors import (
+    CheckpointError,  # noqa: F401 - re-exported: the one checkpoint error
+    CorruptCheckpointError,
+)
 from apex.jsonio import write_json_atomic
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -308,13 +315,31 @@ def check_compatible(checkpoint: Checkpoint, current_manifest: dict[str, Any]) -
         )
 
 
-def load(path: str) -> Checkpoint:
-    """Reads a complete checkpoint; CheckpointError names what is missing or corrupt."""
+def verify_files(path: str) -> None:
+    """Checks run checkpoint `path`'s files against its sha256.json
+    (CorruptCheckpointError names the first that differs); for readers of its
+    replay alone (tools.replay)."""
+    verify(path, skip=(COMPLETE,))
+
+
+def enclosing_checkpoint(path: str) -> str | None:
+    """The run checkpoint that `path` (a Reverb checkpoint directory) lies in, if any."""
+    parent = os.path.dirname(os.path.normpath(path))
+    return parent if os.path.isfile(os.path.join(parent, CHECKSUMS_FILE)) else None
+
+
+def load(path: str, verify_checksums: bool = True) -> Checkpoint:
+    """Reads a complete checkpoint; CheckpointError names what is missing or
+    corrupt (CorruptCheckpointError: a file that does not match its checksum
+    or does not read). `verify_checksums=False` for a process that reads a
+    checkpoint its launcher verified just before."""
     if not os.path.isfile(os.path.join(path, COMPLETE)):
         raise CheckpointError(
             f"{path} is not a complete checkpoint (no {COMPLETE} marker: it was being written "
             "when the run stopped)"
         )
+    if verify_checksums:
+        verify_files(path)
     m = _NAME.match(os.path.basename(os.path.normpath(path)))
     try:
         with open(os.path.join(path, MANIFEST_FILE)) as f:
@@ -324,7 +349,7 @@ def load(path: str) -> Checkpoint:
         with np.load(os.path.join(path, LEARNER_FILE)) as data:
             learner = {k: data[k] for k in data.files}
     except Exception as err:  # noqa: BLE001 - OSError, JSON errors, BadZipFile of a damaged npz
-        raise CheckpointError(f"{path} is corrupt: {type(err).__name__}: {err}") from None
+        raise CorruptCheckpointError(f"{path} is corrupt: {type(err).__name__}: {err}") from None
     if manifest.get("format") != FORMAT:
         raise CheckpointError(
             f"{path} has checkpoint format {manifest.get('format')!r}; this apex reads {FORMAT}"
@@ -385,6 +410,7 @@ def write(
         os.fsync(f.fileno())
     write_json_atomic(os.path.join(partial, STATE_FILE), state)
     write_json_atomic(os.path.join(partial, MANIFEST_FILE), dict(manifest, step=step))
+    write_checksums(partial, skip=(COMPLETE,))
     with open(os.path.join(partial, COMPLETE), "w") as f:
         f.write(f"{time.time()}\n")
         f.flush()

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from apex import ApexConfig, ConfigError, checkpointing
+from apex import ApexConfig, ConfigError, CorruptCheckpointError, checkpointing
 from apex.agents import get_builder
 
 
@@ -18,8 +18,9 @@ def resume_checkpoint(
     """The checkpoint a launch into `run_dir` continues from (None: a fresh run).
 
     Raises ConfigError when there is nothing to resume but a run is there (or a
-    resume was required), and CheckpointError when the newest complete
-    checkpoint is corrupt or does not fit `config`.
+    resume was required), and CheckpointError when no complete checkpoint is
+    sound (damaged ones are set aside) or the newest sound one does not fit
+    `config`.
     """
     has_run = os.path.isfile(os.path.join(run_dir, "config.json"))
     latest = checkpointing.latest_complete(run_dir) if os.path.isdir(run_dir) else None
@@ -37,16 +38,7 @@ def resume_checkpoint(
                 f"a new directory, or a run directory with a complete checkpoint to resume; {why}",
             )
         return None
-    try:
-        checkpoint = checkpointing.load(latest)
-    except checkpointing.CheckpointError as err:
-        older = checkpointing.list_complete(run_dir)[:-1]
-        hint = (
-            f"; move it away to resume from {os.path.basename(older[-1])}"
-            if older
-            else "; no older complete checkpoint is left"
-        )
-        raise checkpointing.CheckpointError(f"{err}{hint}") from None
+    checkpoint = _newest_sound(run_dir)
     # Deferred: Gymnasium (the env's spec), which a config refused earlier never pays.
     from apex import env_spec
 
@@ -56,6 +48,29 @@ def resume_checkpoint(
     current = checkpointing.make_manifest(config, builder.item_signature(config, spec), shapes)
     checkpointing.check_compatible(checkpoint, current)
     return checkpoint
+
+
+def _newest_sound(run_dir: str) -> checkpointing.Checkpoint:
+    """The newest complete checkpoint that loads. A damaged one (a file that does
+    not match its checksum or does not read) is set aside as ckpt-N.damaged with
+    one line naming the file, and the one before it is tried; with none left,
+    CheckpointError (the launcher exits 2 before anything launches)."""
+    set_aside = []
+    for path in reversed(checkpointing.list_complete(run_dir)):
+        try:
+            return checkpointing.load(path)
+        except CorruptCheckpointError as err:
+            moved = checkpointing.set_aside(path)
+            set_aside.append(os.path.basename(moved))
+            print(
+                f"[apex] {err}: set aside as {os.path.relpath(moved, run_dir)}; "
+                "trying the checkpoint before it",
+                flush=True,
+            )
+    raise checkpointing.CheckpointError(
+        f"{run_dir} has no sound complete checkpoint left to resume from (set aside: "
+        f"{', '.join(set_aside) or 'none'}): start a new run_dir, or move one back to resume it"
+    )
 
 
 def _in_child(fn: Callable[[], Any]) -> Any:

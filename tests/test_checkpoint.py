@@ -18,6 +18,8 @@ def _write(run_dir, step, keep=5, replay=True, arrays=None):
         replay_path = os.path.join(run_dir, f"r{step}")
         os.makedirs(replay_path)
         open(os.path.join(replay_path, "DONE"), "w").close()
+        with open(os.path.join(replay_path, "chunks.tfrecord"), "wb") as f:
+            f.write(bytes(range(64)))
     manifest = {"format": checkpointing.FORMAT, "config": {"agent": "apex_dqn"}}
     return checkpointing.write(
         run_dir,
@@ -61,6 +63,74 @@ def test_corrupt_checkpoint_is_refused_naming_the_path(tmp_path):
         f.write(b"not a zip file")
     with pytest.raises(checkpointing.CheckpointError, match=r"ckpt-000000004 is corrupt"):
         checkpointing.load(path)
+
+
+def _flip_a_byte(path: str, offset: int = 0) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize(
+    "name", [checkpointing.LEARNER_FILE, checkpointing.STATE_FILE, "replay/chunks.tfrecord"]
+)
+def test_a_flipped_byte_in_any_file_is_refused_naming_that_file(tmp_path, name):
+    path = _write(str(tmp_path), 4)
+    with open(os.path.join(path, checkpointing.CHECKSUMS_FILE)) as f:
+        listed = sorted(json.load(f)["sha256"])
+    assert listed == sorted(
+        [checkpointing.LEARNER_FILE, checkpointing.MANIFEST_FILE, checkpointing.STATE_FILE]
+        + ["replay/DONE", "replay/chunks.tfrecord"]
+    )
+    _flip_a_byte(os.path.join(path, name), offset=3)
+    with pytest.raises(checkpointing.CorruptCheckpointError) as err:
+        checkpointing.load(path)
+    assert str(err.value).startswith(f"{path} is corrupt: {name} does not match its checksum")
+
+
+def test_a_missing_or_added_file_is_refused_and_old_checkpoints_without_sums_load(tmp_path):
+    path = _write(str(tmp_path), 4)
+    os.remove(os.path.join(path, "replay", "chunks.tfrecord"))
+    with pytest.raises(checkpointing.CorruptCheckpointError, match="chunks.tfrecord is missing"):
+        checkpointing.load(path)
+    path = _write(str(tmp_path), 5)
+    open(os.path.join(path, "replay", "stray"), "w").close()
+    with pytest.raises(checkpointing.CorruptCheckpointError, match="stray was not in it"):
+        checkpointing.load(path)
+    path = _write(str(tmp_path), 6)
+    os.remove(os.path.join(path, checkpointing.CHECKSUMS_FILE))  # written before checksums
+    assert checkpointing.load(path).step == 6
+
+
+def test_a_resume_sets_a_damaged_newest_checkpoint_aside_and_uses_the_one_before(tmp_path, capsys):
+    from launch.resume import _newest_sound
+
+    run_dir = str(tmp_path)
+    older = _write(run_dir, 3)
+    newest = _write(run_dir, 8)
+    _flip_a_byte(os.path.join(newest, "replay", "chunks.tfrecord"))
+    assert _newest_sound(run_dir).path == older
+    out = capsys.readouterr().out
+    assert out.startswith(f"[apex] {newest} is corrupt: replay/chunks.tfrecord does not match")
+    assert out.rstrip().endswith(
+        "set aside as checkpoints/ckpt-000000008.damaged; trying the checkpoint before it"
+    )
+    assert checkpointing.list_complete(run_dir) == [older]
+    assert os.path.isdir(newest + ".damaged")
+    # A new checkpoint at the same step later is kept apart from the damaged one.
+    _write(run_dir, 8)
+    assert os.path.isdir(newest + ".damaged") and checkpointing.latest_complete(run_dir) == newest
+    _flip_a_byte(os.path.join(older, checkpointing.LEARNER_FILE))
+    _flip_a_byte(os.path.join(newest, checkpointing.LEARNER_FILE))
+    with pytest.raises(checkpointing.CheckpointError) as err:
+        _newest_sound(run_dir)
+    assert str(err.value) == (
+        f"{run_dir} has no sound complete checkpoint left to resume from (set aside: "
+        "ckpt-000000008.damaged.2, ckpt-000000003.damaged): start a new run_dir, or move "
+        "one back to resume it"
+    )
 
 
 def test_only_the_newest_keep_checkpoints_remain(tmp_path):

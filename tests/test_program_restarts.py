@@ -160,3 +160,49 @@ def test_a_learner_that_dies_at_every_start_is_a_crash_loop_named_in_the_summary
     assert failure.startswith("crash loop: learner failed 3 times in a row"), failure
     assert f"learner (pid {pid}) exited without stopping" in failure, failure
     assert "the program is not started again: crash loop" in out, out[-4000:]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_a_damaged_newest_checkpoint_is_refused_by_tools_and_set_aside_by_a_resume(tmp_path):
+    """A stopped run's final checkpoint gets one flipped byte in its Reverb
+    chunks: tools.replay refuses it naming the file (exit 2), and a resume,
+    with nobody moving anything, sets it aside and continues from the one before."""
+    from tests.procs import interrupt, run_tool_lines, start_learning
+
+    run_dir = str(tmp_path / "run")
+    proc, token = start_learning(
+        run_dir, "--config.checkpoint.period_seconds=1", "--config.stop.max_wall_seconds=300"
+    )
+    wait_until(
+        lambda: len(checkpointing.list_complete(run_dir)) >= 2, STARTUP_TIMEOUT, "2 checkpoints"
+    )
+    out = interrupt(proc, token, proc.terminate)
+    assert proc.returncode == 143, out[-3000:]
+    older, newest = checkpointing.list_complete(run_dir)[-2:]
+    chunks = os.path.join(newest, "replay", "chunks.tfrecord")
+    with open(chunks, "r+b") as f:
+        f.seek(os.path.getsize(chunks) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+    (look,) = run_tool_lines("tools.replay", [["stats", f"--run_dir={run_dir}"]])
+    assert look["rc"] == 2, look["stderr"][-2000:]
+    assert (
+        f"tools.replay: cannot read the checkpoint: {newest} is corrupt: "
+        "replay/chunks.tfrecord does not match its checksum"
+    ) in look["stderr"], look["stderr"][-2000:]
+
+    saved = sum(checkpointing.load(older).state["actor_steps"].values())
+    proc, token = start_train(run_dir, "--resume", f"--config.stop.max_actor_steps={saved + 2000}")
+    try:
+        out, _ = proc.communicate(timeout=STARTUP_TIMEOUT)
+    finally:
+        kill_tree(proc, token)
+    assert proc.returncode == 0, out[-3000:]
+    name = os.path.basename(newest)
+    assert f"set aside as checkpoints/{name}.damaged" in out, out[-3000:]
+    assert f"resuming from checkpoints/{os.path.basename(older)}" in out, out[-3000:]
+    assert _summary(run_dir)["resumed_from"] == older
+    assert os.path.isdir(newest + ".damaged")

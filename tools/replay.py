@@ -196,7 +196,16 @@ def _client(address: str):
 
 def _resolve(path: str) -> tuple[list[tuple[str, str]], int]:
     """The shards of a checkpoint directory ([(name, Reverb checkpoint dir)]) and
-    how many the replay had (its manifest's replay.num_shards, when it says)."""
+    how many the replay had (its manifest's replay.num_shards, when it says).
+    A run checkpoint's files (or the one a Reverb checkpoint lies in) are
+    verified against their checksums first."""
+    run_checkpoint = (
+        path
+        if os.path.isfile(os.path.join(path, checkpointing.CHECKSUMS_FILE))
+        else checkpointing.enclosing_checkpoint(path)
+    )
+    if run_checkpoint is not None:
+        checkpointing.verify_files(run_checkpoint)  # CorruptCheckpointError: exit 2
     try:
         shards = inspect.resolve_shards(path)
     except CheckpointError as err:
@@ -273,6 +282,7 @@ def _run_checkpoint(command: str, why: str) -> tuple[list[tuple[str, str]], int]
     if inspect.shard_dirs(latest):  # a sharded replay: replay_0/, replay_1/, ...
         shards, total = _resolve(latest)
         return _select(shards, latest, total)
+    checkpointing.verify_files(latest)  # CorruptCheckpointError: exit 2
     return _select([("replay", os.path.join(latest, checkpointing.REPLAY_DIR))], latest)
 
 

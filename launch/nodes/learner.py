@@ -84,7 +84,7 @@ class LearnerNode:
         if self._store is not None:
             self._learner.best_source = self._store_best
         if resume_from:
-            state = checkpointing.load(resume_from)
+            state = checkpointing.load(resume_from, verify_checksums=False)
             self._learner.set_state(state.learner)
             self._learner.run_counters = dict(state.state)
         ck = config.checkpoint

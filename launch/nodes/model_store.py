@@ -28,7 +28,7 @@ class ModelStoreNode:
         self._coordinator = coordinator
         self._store = ModelStore(keep_last=config.model_store.keep_last)
         if resume_from:
-            self._store.set_state(checkpointing.load(resume_from).learner)
+            self._store.set_state(checkpointing.load(resume_from, verify_checksums=False).learner)
         self._metrics = RemoteMetrics(coordinator, "model_store", "model_store/newest_version")
         self._heartbeat = node_heartbeat(config, coordinator, "model_store", self._counters)
 
