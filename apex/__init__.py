@@ -62,7 +62,9 @@ Cluster placement (Ray)
 Trained policies
     export_policy, load_policy       a run's policy to a folder; a folder's policy back
 Modules used whole (their names read best qualified)
-    checkpointing                    run checkpoints: load, latest_complete, RunCheckpointer, ...
+    checkpointing                    run checkpoints: load, latest_complete, verify_files, ...
+    RunCheckpointer                  the learner's writer of run checkpoints
+    FULL_DISK, is_disk_full          writes a full disk refused (apex.full_disk)
     heartbeat                        the heartbeat protocol: Heartbeat, its states, HOST
     fence                            actors' leases from the coordinator: Lease, Leases, FENCED_EXIT_CODE
     lifecycle                        stop handlers, watchdogs, NO_SHARED_FS_ENV
@@ -100,6 +102,7 @@ from apex.errors import (
     UnknownTableError,
 )
 from apex.exploration import band_labels, epsilon_bands, slot_epsilons
+from apex.full_disk import FULL_DISK, is_disk_full
 from apex.heartbeat import pid_alive, read_heartbeats
 from apex.inference import BatchingServer, InferenceService, bucket_size, follow_learner
 from apex.jsonio import write_json_atomic
@@ -133,6 +136,7 @@ from apex.restart import (
     read_program_restarts,
 )
 from apex.roles import Reporter
+from apex.run_checkpointer import RunCheckpointer
 from apex.run_dir import default_run_dir, git_commit, prepare_run_dir, run_setting
 from apex.specs import EnvSpec
 from apex.supervision import NodeMonitor, exception_text, record_failure, recorded_failure
@@ -264,6 +268,9 @@ __all__ = [
     "load_policy",
     # modules used whole
     "checkpointing",
+    "RunCheckpointer",
+    "FULL_DISK",
+    "is_disk_full",
     "compat",
     "fence",
     "heartbeat",

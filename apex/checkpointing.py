@@ -41,7 +41,6 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from concurrent import futures
 from typing import Any
 
 import numpy as np
@@ -328,6 +327,21 @@ def enclosing_checkpoint(path: str) -> str | None:
     return parent if os.path.isfile(os.path.join(parent, CHECKSUMS_FILE)) else None
 
 
+def _read(path: str, name: str, parse: Callable[[Any], Any], mode: str = "r") -> Any:
+    """parse(the open file `name` of checkpoint `path`); CorruptCheckpointError if it
+    does not read (OSError, JSON errors, BadZipFile of a damaged npz)."""
+    try:
+        with open(os.path.join(path, name), mode) as f:
+            return parse(f)
+    except Exception as err:  # noqa: BLE001 - named below: the checkpoint is damaged
+        raise CorruptCheckpointError(f"{path} is corrupt: {type(err).__name__}: {err}") from None
+
+
+def _arrays(f: Any) -> dict[str, np.ndarray]:
+    with np.load(f) as data:
+        return {k: data[k] for k in data.files}
+
+
 def load(path: str, verify_checksums: bool = True) -> Checkpoint:
     """Reads a complete checkpoint; CheckpointError names what is missing or
     corrupt (CorruptCheckpointError: a file that does not match its checksum
@@ -338,18 +352,8 @@ def load(path: str, verify_checksums: bool = True) -> Checkpoint:
             f"{path} is not a complete checkpoint (no {COMPLETE} marker: it was being written "
             "when the run stopped)"
         )
-    if verify_checksums:
-        verify_files(path)
     m = _NAME.match(os.path.basename(os.path.normpath(path)))
-    try:
-        with open(os.path.join(path, MANIFEST_FILE)) as f:
-            manifest = json.load(f)
-        with open(os.path.join(path, STATE_FILE)) as f:
-            state = json.load(f)
-        with np.load(os.path.join(path, LEARNER_FILE)) as data:
-            learner = {k: data[k] for k in data.files}
-    except Exception as err:  # noqa: BLE001 - OSError, JSON errors, BadZipFile of a damaged npz
-        raise CorruptCheckpointError(f"{path} is corrupt: {type(err).__name__}: {err}") from None
+    manifest = _read(path, MANIFEST_FILE, lambda f: json.load(f))
     if manifest.get("format") != FORMAT:
         raise CheckpointError(
             f"{path} has checkpoint format {manifest.get('format')!r}; this apex reads {FORMAT}"
@@ -357,7 +361,7 @@ def load(path: str, verify_checksums: bool = True) -> Checkpoint:
     num_shards = checkpoint_num_shards(manifest)
     if num_shards == 1:
         if not os.path.isfile(os.path.join(path, REPLAY_DIR, "DONE")):
-            raise CheckpointError(
+            raise CorruptCheckpointError(
                 f"{path} is corrupt: its replay/ has no complete Reverb checkpoint"
             )
     else:
@@ -367,12 +371,16 @@ def load(path: str, verify_checksums: bool = True) -> Checkpoint:
             if not os.path.isfile(os.path.join(path, shard_dir(s, num_shards), "DONE"))
         ]
         if missing:
-            raise CheckpointError(
+            raise CorruptCheckpointError(
                 f"{path} is not a complete checkpoint: it misses replay shard "
                 f"{', '.join(missing)} of {num_shards} (replay.num_shards={num_shards}: "
                 f"{', '.join(shard_dir(s, num_shards) + '/' for s in range(num_shards))} "
                 "each with a complete Reverb checkpoint)"
             )
+    if verify_checksums:  # after the checks above, whose words say more
+        verify_files(path)
+    state = _read(path, STATE_FILE, lambda f: json.load(f))
+    learner = _read(path, LEARNER_FILE, lambda f: _arrays(f), mode="rb")
     step = int(m.group(1)) if m else int(state.get("learner_steps", 0))
     return Checkpoint(path=path, step=step, learner=learner, state=state, manifest=manifest)
 
@@ -432,138 +440,3 @@ def directory_bytes(path: str) -> int:
             except OSError:
                 pass
     return total
-
-
-class RunCheckpointer:
-    """Writes run checkpoints from the learner's process.
-
-    Args:
-      run_dir: the run directory.
-      manifest: from `make_manifest`.
-      replay_client: a reverb.Client of the program's server (its checkpointer
-        root must be `replay_root(run_dir)`), or a list of one per replay shard
-        (shard s at index s; its root `replay_root(run_dir, s, S)`): every shard
-        is checkpointed and the run checkpoint holds all of them.
-      counters: returns the coordinator's counters (`Coordinator.checkpoint_state`).
-      period_seconds: between periodic checkpoints (None: none).
-      keep: complete checkpoints kept.
-      on_written: called with (path, step, seconds, bytes, reason) after each checkpoint.
-      log: where one line per checkpoint goes.
-    """
-
-    def __init__(
-        self,
-        run_dir: str,
-        manifest: dict[str, Any],
-        replay_client: Any,
-        counters: Callable[[], dict[str, Any]],
-        period_seconds: float | None,
-        keep: int,
-        on_written: Callable[[str, int, float, int, str], None] | None = None,
-        log: Callable[[str], None] | None = None,
-    ):
-        self._run_dir = run_dir
-        self._manifest = manifest
-        self._clients = (
-            list(replay_client) if isinstance(replay_client, (list, tuple)) else [replay_client]
-        )
-        self._counters = counters
-        self._period = period_seconds
-        self._keep = keep
-        self._on_written = on_written
-        self._log = log or (lambda line: print(line, flush=True))
-        self._last = time.time()
-        self.written: list[tuple[str, float, int]] = []
-
-    def due(self, now: float | None = None) -> bool:
-        now = time.time() if now is None else now
-        return self._period is not None and now - self._last >= self._period
-
-    def replace_client(self, shard: int, client: Any) -> None:
-        """Shard `shard` listens elsewhere now (apex.coordination.moves): its part of
-        every later checkpoint comes from `client`."""
-        self._clients[shard] = client
-
-    @staticmethod
-    def _replay_checkpoint(client: Any, name: str = "replay") -> str:
-        """A fresh Reverb checkpoint path of a live server, moved out of its root safely."""
-        for _ in range(3):
-            path = client.checkpoint()
-            moved = path + ".apex"
-            try:
-                os.rename(path, moved)  # out of Reverb's reach: it prunes older dirs of its root
-                return moved
-            except FileNotFoundError:  # an inspection snapshot pruned it: write another
-                continue
-        raise CheckpointError(f"the {name} checkpoint kept disappearing from its root")
-
-    def _replay_checkpoints(self) -> str | list[str]:
-        """The Reverb checkpoint of the server (one path), or of every shard (a list,
-        written in parallel; if one fails, the others are removed and the error
-        names the shard)."""
-        if len(self._clients) == 1:
-            return self._replay_checkpoint(self._clients[0])
-        num = len(self._clients)
-        names = [shard_dir(s, num) for s in range(num)]
-        with futures.ThreadPoolExecutor(num, thread_name_prefix="replay-checkpoint") as pool:
-            jobs = [
-                pool.submit(self._replay_checkpoint, c, n) for c, n in zip(self._clients, names)
-            ]
-            futures.wait(jobs)
-        paths, failed = [], []
-        for name, job in zip(names, jobs):
-            err = job.exception()
-            if err is None:
-                paths.append(job.result())
-            else:
-                failed.append(f"{name}: {type(err).__name__}: {err}")
-        if failed:
-            for path in paths:
-                shutil.rmtree(path, ignore_errors=True)
-            raise CheckpointError(
-                "the replay shards could not all be checkpointed (the run checkpoint needs "
-                "every shard): " + "; ".join(failed)
-            )
-        return paths
-
-    def _check_shards_answer(self) -> None:
-        """With shards: refuses at once (CheckpointError naming them) when a shard's
-        server does not answer, before the priority flush waits on it in vain."""
-        if len(self._clients) == 1:
-            return
-        silent = []
-        for s, client in enumerate(self._clients):
-            try:
-                client.server_info(timeout=2)
-            except Exception as err:  # noqa: BLE001 - gone, or not answering
-                silent.append(f"{shard_dir(s, len(self._clients))} ({type(err).__name__}: {err})")
-        if silent:
-            raise CheckpointError(
-                "the run checkpoint needs every replay shard; not answering: " + ", ".join(silent)
-            )
-
-    def save(self, learner: Any, reason: str = "periodic") -> str:
-        """Writes one checkpoint of `learner` (between its SGD steps) and the replay."""
-        start = time.time()
-        self._check_shards_answer()
-        learner.flush_priorities()
-        counters = dict(self._counters())
-        step = int(learner.steps)
-        counters["learner_steps"] = step
-        replay = self._replay_checkpoints()
-        state = learner.get_state()
-        path = write(self._run_dir, step, state, counters, self._manifest, replay, self._keep)
-        seconds = time.time() - start
-        size = directory_bytes(path)
-        self._last = time.time()
-        self.written.append((path, seconds, size))
-        self._log(
-            f"[apex] checkpoint ({reason}) {os.path.relpath(path, self._run_dir)}: learner step "
-            f"{step:,}, {size / 1e6:.1f} MB in {seconds:.2f} s"
-        )
-        if self._on_written is not None:
-            try:
-                self._on_written(path, step, seconds, size, reason)
-            except Exception:  # noqa: BLE001 - a report must not lose the checkpoint
-                pass
-        return path

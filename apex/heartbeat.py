@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from apex.full_disk import FULL_DISK
 from apex.jsonio import write_json_atomic
 from apex.roles import ACTOR_PREFIX, SHARD_PREFIX
 
@@ -237,8 +238,9 @@ class HeartbeatStore:
             if last is not None and float(last.get("time", 0.0)) > float(beat.get("time", 0.0)):
                 return
             self._beats[beat["node"]] = beat
-            if self._dir is not None:
-                write_json_atomic(os.path.join(self._dir, f"{beat['node']}.json"), beat)
+            if self._dir is not None:  # the files are for tools: a full disk only skips them
+                path = os.path.join(self._dir, f"{beat['node']}.json")
+                FULL_DISK.guard("heartbeat files", write_json_atomic, path, beat)
 
     def forget(self, node: str) -> None:
         """Drops `node`'s last beat (its launcher is starting it again elsewhere: the

@@ -35,7 +35,7 @@ def size_bench(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import reverb
 
-    from apex import ApexConfig, Learner, checkpointing, env_spec
+    from apex import ApexConfig, Learner, RunCheckpointer, checkpointing, env_spec
     from apex.agents import TRANSITIONS_TABLE, make_tables
 
     rows = []
@@ -57,7 +57,7 @@ def size_bench(args) -> None:
         fill = fill_transitions(client, n)
         print(f"filled {n:,} items in {fill:.1f} s", flush=True)
         learner = Learner(c, spec, address)
-        saver = checkpointing.RunCheckpointer(
+        saver = RunCheckpointer(
             run_dir,
             checkpointing.make_manifest(c, learner.signature, learner.network_shapes()),
             client,

@@ -25,6 +25,7 @@ from apex.coordination.restarts import ActorRestarts
 from apex.coordination.startup import StartLines
 from apex.doctor import Finding
 from apex.fence import Leases
+from apex.full_disk import FULL_DISK
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
 from apex.replay.shards import shard_index
@@ -117,6 +118,8 @@ class Coordinator:
         self.actors_lost = 0
         self.moves = ShardMoves(int(config.replay.num_shards))  # shards lost and moved
         self.actor_restarts = ActorRestarts(restart_grace)
+        # Checkpoints the learner could not write (a full disk): their episodes.
+        self.abandoned_checkpoints: list[dict[str, Any]] = []
         # Whole-program restarts before this life (launch.program_restarts).
         self.program_restarts = len(read_program_restarts(run_dir)) if run_dir else 0
         self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
@@ -276,6 +279,15 @@ class Coordinator:
         releases `run`)."""
         self.counters.checkpoint_written(path, step, seconds, size, final)
 
+    def checkpoint_abandoned(self, step: int, error: str, final: bool = False) -> None:
+        """The learner could not write the checkpoint of `step` (a full disk): the
+        last complete one stands; a final one releases `run` all the same."""
+        self.abandoned_checkpoints.append(
+            {"what": "checkpoint", "learner_step": step, "time": time.time(), "error": error}
+        )
+        if final:
+            self.counters.checkpoint_event.set()
+
     # -------------------------------------------------------------- reports
     def report_actor(
         self,
@@ -360,6 +372,7 @@ class Coordinator:
         )
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         s["program_restarts"] = self.program_restarts
+        s["disk_full"] = FULL_DISK.figures() + self.abandoned_checkpoints
         s["network"] = self.partitions.costs(self.heartbeats.beats())
         s["network"].update(self._fence_figures())
         s["network"].update(self.moves.figures())
@@ -380,14 +393,15 @@ class Coordinator:
         between two state writes still ends with state.json at its last counts)."""
         s = self.summary()
         if self._run_dir:
-            figures.write_summary(self._run_dir, s)
+            FULL_DISK.guard("summary.json", figures.write_summary, self._run_dir, s)
             self._write_state()
         return s
 
     def _write_state(self) -> None:
         if self._run_dir:
             # counters: what a run checkpoint keeps, for the learner if this node dies
-            figures.write_state(self._run_dir, self.summary(), self.checkpoint_state())
+            state = (self._run_dir, self.summary(), self.checkpoint_state())
+            FULL_DISK.guard("state.json", figures.write_state, *state)
 
     def env_steps_now(self) -> int:
         """Env steps as of now, never fewer than the replay's inserts explain

@@ -129,7 +129,7 @@ class Learner(acme_core.Saveable):
         self.last_draw: Any = None
         self._error: Exception | None = None
         self._should_stop: Callable[[], bool] | None = None
-        self.checkpointer: Any = None  # apex.checkpointing.RunCheckpointer, set by the node
+        self.checkpointer: Any = None  # apex.run_checkpointer.RunCheckpointer, set by the node
         self.run_counters: dict[str, Any] = {}  # the coordinator's, as of the last report
         self._checkpoint_requests = CheckpointRequests()
 

@@ -151,5 +151,8 @@ class CoordinatorNode:
     def checkpoint_written(self, path, step, seconds, size, final=False) -> None:
         self._coordinator.checkpoint_written(path, step, seconds, size, final)
 
+    def checkpoint_abandoned(self, step, error, final=False) -> None:
+        self._coordinator.checkpoint_abandoned(step, error, final)
+
     def summary(self):
         return self._coordinator.summary()

@@ -7,7 +7,15 @@ import sys
 import threading
 from collections.abc import Callable
 
-from apex import STOP_WINDOW, ApexConfig, EnvSpec, Learner, Reporter, checkpointing
+from apex import (
+    STOP_WINDOW,
+    ApexConfig,
+    EnvSpec,
+    Learner,
+    Reporter,
+    RunCheckpointer,
+    checkpointing,
+)
 from apex import heartbeat as hb
 from apex.agents import AgentBuilder
 from apex.replay import shard_index
@@ -89,7 +97,7 @@ class LearnerNode:
             self._learner.run_counters = dict(state.state)
         ck = config.checkpoint
         if run_dir and (ck.period_seconds is not None or ck.on_stop):
-            self._learner.checkpointer = checkpointing.RunCheckpointer(
+            self._learner.checkpointer = RunCheckpointer(
                 run_dir,
                 checkpointing.make_manifest(
                     config, self._learner.signature, self._learner.network_shapes()
@@ -100,6 +108,7 @@ class LearnerNode:
                 period_seconds=ck.period_seconds,
                 keep=ck.keep,
                 on_written=self._checkpoint_written,
+                on_abandoned=self._checkpoint_abandoned,
             )
 
     def _on_reply(self, sent: float, reply) -> None:
@@ -247,6 +256,13 @@ class LearnerNode:
             try:
                 self._coordinator.checkpoint_written(path, step, seconds, size, reason == "stop")
             except Exception:  # noqa: BLE001 - the checkpoint is written; only the note is lost
+                self._coordinator_gone = True
+
+    def _checkpoint_abandoned(self, step: int, reason: str, error: str) -> None:
+        if not self._coordinator_gone:
+            try:
+                self._coordinator.checkpoint_abandoned(step, error, reason == "stop")
+            except Exception:  # noqa: BLE001 - the learner said so in its own line
                 self._coordinator_gone = True
 
     def _counters(self) -> dict:
