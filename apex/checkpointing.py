@@ -35,6 +35,7 @@ is moved out of it into its run checkpoint as soon as it is written.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
@@ -412,8 +413,10 @@ def write(
     elif replay_path is not None:
         for shard, shard_path in enumerate(replay_path):
             os.rename(shard_path, os.path.join(partial, shard_dir(shard, len(replay_path))))
+    data = io.BytesIO()  # whole in memory first: a full disk fails the file write alone
+    np.savez(data, **learner)
     with open(os.path.join(partial, LEARNER_FILE), "wb") as f:
-        np.savez(f, **learner)
+        f.write(data.getbuffer())
         f.flush()
         os.fsync(f.fileno())
     write_json_atomic(os.path.join(partial, STATE_FILE), state)

@@ -46,15 +46,19 @@ class FullDisk:
 
     Args:
       out: where its lines go (default: sys.stdout at the time of writing).
+      quiet: keep the episodes without saying anything (another process said it).
     """
 
-    def __init__(self, out: TextIO | None = None):
+    def __init__(self, out: TextIO | None = None, quiet: bool = False):
         self._out = out
+        self._quiet = quiet
         self._lock = threading.Lock()
         self._open: dict[str, dict[str, Any]] = {}
         self.episodes: list[dict[str, Any]] = []
 
     def _say(self, line: str) -> None:
+        if self._quiet:
+            return
         out = self._out or sys.stdout
         try:
             print(line, file=out, flush=True)

@@ -15,15 +15,19 @@ can be read (and TensorBoard pointed at RUN_DIR/tensorboard) while the run goes.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import numbers
 import os
+import socket
 import threading
 import time
 from typing import Any
 
 from acme.utils.loggers import base as acme_loggers
+
+from apex.full_disk import FULL_DISK
 
 
 def _clean(v: Any) -> Any:
@@ -34,8 +38,44 @@ def _clean(v: Any) -> Any:
     return v
 
 
+class _AppendFile:
+    """A file appended to in whole records: a record a full disk cuts short is
+    cut off again (the file keeps only whole rows) and the error raised."""
+
+    def __init__(self, path: str):
+        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+
+    def write(self, data: bytes | str) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        start = os.fstat(self._f.fileno()).st_size
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                done += self._f.write(view[done:]) or 0
+        except OSError:
+            if done:
+                try:
+                    os.ftruncate(self._f.fileno(), start)
+                except OSError:
+                    pass
+            raise
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._f.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._f.closed
+
+
 class MetricsWriter(acme_loggers.Logger):
     """Appends rows for component `name` (no-op when run_dir is empty).
+
+    A full disk (apex.full_disk) drops rows, said once, until space returns;
+    the files keep only whole rows.
 
     Args:
       run_dir: the run directory ('' or None: write nothing).
@@ -57,23 +97,18 @@ class MetricsWriter(acme_loggers.Logger):
         self._step_key = step_key
         self._step = 0
         self._lock = threading.Lock()
-        self._file = None
-        self._csv_file = None
-        self._csv = None
-        self._events = None
+        self._file: _AppendFile | None = None
+        self._csv_file: _AppendFile | None = None
+        self._events_dir = os.path.join(run_dir, "tensorboard", name) if tensorboard else None
+        self._events: Any = None  # a RecordWriter on the events file, opened on first use
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
+            self._file = _AppendFile(self.path)
             csv_path = os.path.join(run_dir, "metrics", f"{name}.csv")
             new = not os.path.exists(csv_path)
-            self._csv_file = open(csv_path, "a", newline="", buffering=1)  # noqa: SIM115
-            self._csv = csv.writer(self._csv_file)
+            self._csv_file = _AppendFile(csv_path)
             if new:
-                self._csv.writerow(["time", "step", "key", "value"])
-            if tensorboard:
-                from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-                self._events = EventFileWriter(os.path.join(run_dir, "tensorboard", name))
+                self._csv_file.write(_csv_text([["time", "step", "key", "value"]]))
 
     def write(self, row: dict[str, Any]) -> None:
         if self._file is None:
@@ -90,21 +125,39 @@ class MetricsWriter(acme_loggers.Logger):
         with self._lock:
             if self._file is None:
                 return
-            self._file.write(json.dumps(data) + "\n")
-            for k, v in scalars:
-                self._csv.writerow([f"{now:.3f}", self._step, k, repr(v)])
-            if self._events is not None and scalars:
-                self._events.add_event(_event(now, self._step, scalars))
-                self._events.flush()
+            FULL_DISK.guard(f"{self.name} metrics", self._write_rows, data, scalars, now)
+            if self._events_dir is not None and scalars:
+                FULL_DISK.guard(f"{self.name} TensorBoard events", self._write_event, now, scalars)
+
+    def _write_rows(self, data: dict[str, Any], scalars: list, now: float) -> None:
+        self._file.write(json.dumps(data) + "\n")
+        self._csv_file.write(
+            _csv_text([[f"{now:.3f}", self._step, k, repr(v)] for k, v in scalars])
+        )
+
+    def _write_event(self, now: float, scalars: list[tuple[str, float]]) -> None:
+        if self._events is None:  # a new events file (after a full disk: another one)
+            from tensorboard.summary.writer.record_writer import RecordWriter
+
+            os.makedirs(self._events_dir, exist_ok=True)
+            name = f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}"
+            n = len([f for f in os.listdir(self._events_dir) if f.startswith(name)])
+            self._events = RecordWriter(_AppendFile(os.path.join(self._events_dir, f"{name}.{n}")))
+            self._events.write(_version_event(now).SerializeToString())
+        self._events.write(_event(now, self._step, scalars).SerializeToString())
 
     def close(self) -> None:
         with self._lock:
-            for f in (self._file, self._csv_file):
+            for f in (self._file, self._csv_file, self._events):
                 if f is not None:
                     f.close()
-            if self._events is not None:
-                self._events.close()
-            self._file = self._csv_file = self._csv = self._events = None
+            self._file = self._csv_file = self._events = None
+
+
+def _csv_text(rows: list[list[Any]]) -> str:
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    return out.getvalue()
 
 
 class RemoteMetrics(acme_loggers.Logger):
@@ -136,6 +189,12 @@ class RemoteMetrics(acme_loggers.Logger):
 
     def close(self) -> None:
         pass
+
+
+def _version_event(wall_time: float):
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    return Event(wall_time=wall_time, file_version="brain.Event:2")
 
 
 def _event(wall_time: float, step: int, scalars: list[tuple[str, float]]):

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from apex import (
+    FULL_DISK,
     PROGRAM_RESTARTS_FILE,
     ApexConfig,
     checkpointing,
@@ -41,7 +42,8 @@ def restarts_this_launch() -> int:
 
 
 def _write(run_dir: str, records: list[dict]) -> None:
-    write_json_atomic(os.path.join(run_dir, PROGRAM_RESTARTS_FILE), {"restarts": records})
+    path = os.path.join(run_dir, PROGRAM_RESTARTS_FILE)
+    FULL_DISK.guard("restarts.json", write_json_atomic, path, {"restarts": records})
 
 
 def _env_steps(state: dict) -> int | None:
@@ -163,4 +165,6 @@ def add_to_summary(run_dir: str, summary: dict[str, Any] | None) -> None:
     if summary is None or not records:
         return
     summary["restarts"] = records
-    write_json_atomic(os.path.join(run_dir, "summary.json"), summary)
+    FULL_DISK.guard(
+        "summary.json", write_json_atomic, os.path.join(run_dir, "summary.json"), summary
+    )

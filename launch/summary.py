@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from apex import StopReason, recorded_failure, write_json_atomic
+from apex import FULL_DISK, StopReason, recorded_failure, write_json_atomic
 
 
 def finalize_summary(
@@ -56,7 +56,7 @@ def finalize_summary(
         summary["stop_reason"] = StopReason.NODE_FAILED.value
         summary["failure"] = failure
         summary["failure_at_wall_seconds"] = _run_seconds(summary, failure_time)
-    write_json_atomic(path, summary)
+    FULL_DISK.guard("summary.json", write_json_atomic, path, summary)
     return summary
 
 

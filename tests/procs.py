@@ -9,6 +9,7 @@ enough for a loaded machine, never claims about speed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import psutil
@@ -306,3 +307,35 @@ def assert_start_lines(text: str, actors: int = 2) -> None:
     ]
     assert up < replay < min(inserting) and replay < learner, text[-3000:]
     assert not progress or up < progress[0], text[-3000:]
+
+
+@contextlib.contextmanager
+def small_filesystem(path: str, size: str) -> Iterator[str]:
+    """A tmpfs of `size` (e.g. '2m') mounted at `path` for the block: a disk
+    that fills. Skips the test where mounting is not allowed (not root)."""
+    import pytest
+
+    os.makedirs(path, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def fill(path: str) -> int:
+    """Writes `path` until the disk is full; returns the bytes written."""
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        block = b"\0" * 4096
+        while True:
+            try:
+                written += f.write(block) or 0
+            except OSError:
+                return written

@@ -25,7 +25,7 @@ from apex.coordination.restarts import ActorRestarts
 from apex.coordination.startup import StartLines
 from apex.doctor import Finding
 from apex.fence import Leases
-from apex.full_disk import FULL_DISK
+from apex.full_disk import FULL_DISK, FullDisk
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
 from apex.replay.shards import shard_index
@@ -118,8 +118,9 @@ class Coordinator:
         self.actors_lost = 0
         self.moves = ShardMoves(int(config.replay.num_shards))  # shards lost and moved
         self.actor_restarts = ActorRestarts(restart_grace)
-        # Checkpoints the learner could not write (a full disk): their episodes.
-        self.abandoned_checkpoints: list[dict[str, Any]] = []
+        # Checkpoints the learner could not write (a full disk): their episodes
+        # (the learner's own lines said so).
+        self.checkpoints_full = FullDisk(quiet=True)
         # Whole-program restarts before this life (launch.program_restarts).
         self.program_restarts = len(read_program_restarts(run_dir)) if run_dir else 0
         self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
@@ -277,14 +278,13 @@ class Coordinator:
     ) -> None:
         """The learner wrote a run checkpoint (`final`: the one at a stop, which
         releases `run`)."""
+        self.checkpoints_full.wrote("checkpoints")
         self.counters.checkpoint_written(path, step, seconds, size, final)
 
     def checkpoint_abandoned(self, step: int, error: str, final: bool = False) -> None:
         """The learner could not write the checkpoint of `step` (a full disk): the
         last complete one stands; a final one releases `run` all the same."""
-        self.abandoned_checkpoints.append(
-            {"what": "checkpoint", "learner_step": step, "time": time.time(), "error": error}
-        )
+        self.checkpoints_full.failed("checkpoints", RuntimeError(f"learner step {step}: {error}"))
         if final:
             self.counters.checkpoint_event.set()
 
@@ -372,7 +372,7 @@ class Coordinator:
         )
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         s["program_restarts"] = self.program_restarts
-        s["disk_full"] = FULL_DISK.figures() + self.abandoned_checkpoints
+        s["disk_full"] = FULL_DISK.figures() + self.checkpoints_full.figures()
         s["network"] = self.partitions.costs(self.heartbeats.beats())
         s["network"].update(self._fence_figures())
         s["network"].update(self.moves.figures())

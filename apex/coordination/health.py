@@ -10,6 +10,7 @@ from typing import Any
 
 from apex.config import LoggingConfig
 from apex.doctor import Finding, diagnose
+from apex.full_disk import FULL_DISK
 
 REPEAT_SECONDS = 60.0  # a finding still there is logged again after this long
 
@@ -59,8 +60,13 @@ class HealthLog:
         """Appends to RUN_DIR/doctor.log."""
         self.lines += 1
         if self._run_dir:
-            with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
-                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+            FULL_DISK.guard(
+                "doctor.log", self._append, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}"
+            )
+
+    def _append(self, line: str) -> None:
+        with open(os.path.join(self._run_dir, "doctor.log"), "a") as log:
+            log.write(f"{line}\n")
 
     def close(self) -> None:
         """A run without findings says so in doctor.log."""
