@@ -114,6 +114,8 @@ LOAD_CASES = [
     (C, [("stop.max_actor_steps", "500")], "replay.min_size", "1000", "at most the 500 items that stop.max_actor_steps=500 env steps can insert", "planner_min_size_unreachable"),
     (R2D2, [("stop.max_actor_steps", "1000")], "replay.min_size", "200", "at most the 100 items that stop.max_actor_steps=1,000 env steps can insert", "planner_r2d2_min_size_unreachable"),
     (C, [("checkpoint.keep", "0")], "checkpoint.keep", "0", "an integer >= 1", "checkpoint_keep_zero"),
+    (C, [("checkpoint.max_program_restarts", "-1")], "checkpoint.max_program_restarts", "-1", "an integer >= 0", "max_program_restarts_negative"),
+    (C, [("checkpoint.crash_loop_seconds", "-5")], "checkpoint.crash_loop_seconds", "-5.0", "a number >= 0", "crash_loop_seconds_negative"),
     (C, [("checkpoint.period_seconds", "0")], "checkpoint.period_seconds", "0.0", "None or a number > 0", "checkpoint_period_zero"),
     # ports
     (C, [("replay.port", "70000")], "replay.port", "70000", "None or a port in [1, 65535]", "replay_port_above_65535"),
