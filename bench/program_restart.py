@@ -89,7 +89,12 @@ def main() -> int:
         "--config.logging.tensorboard=False",
     ]
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     lines: list[tuple[float, str]] = []
     reader = _reader(proc, lines)
@@ -98,7 +103,7 @@ def main() -> int:
         mark = 0.0
         for k in range(1, args.kills + 1):
             _wait(
-                lambda m=mark: any(t > m and FIRST_STEP in s for t, s in lines), 300, "an SGD step"
+                lambda m=mark: any(t >= m and FIRST_STEP in s for t, s in lines), 300, "an SGD step"
             )
             time.sleep(args.between)  # a bench, not a test: a life of --between s
             _wait(lambda: checkpointing.latest_complete(run_dir), 300, "a complete checkpoint")
@@ -130,8 +135,8 @@ def main() -> int:
         code = proc.wait(timeout=120)
         reader.join(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # the bench failed: nothing of the program stays
+            os.killpg(proc.pid, signal.SIGKILL)
     left = [
         p.pid
         for p in psutil.process_iter(["cmdline"])
