@@ -33,6 +33,7 @@ Environments
     env_spec, make_env, prepare_env, to_observation   (lazy, gymnasium)
     make_slots, check_vectorization  an actor's envs as one vector env (env.vectorization),
                                      the mode a config runs in      (lazy, gymnasium)
+    SplitSlots, check_overlap        the envs in two halves stepped in turn (actor.overlap)
 Exploration
     slot_epsilons, epsilon_bands, band_labels   each actor slot's epsilon, their bands
 The roles a program runs (launch/nodes/ adapts each to a node)
@@ -154,6 +155,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see _LAZY
     from apex.learner import Learner, SGDStep
     from apex.metrics import MetricsWriter, RemoteMetrics, read_jsonl
     from apex.vector_envs import check_vectorization, make_slots
+    from apex.vector_halves import SplitSlots, check_overlap
 
 __version__ = "0.1.0"
 
@@ -167,6 +169,8 @@ _LAZY: dict[str, str] = {
     "to_observation": "apex.envs",
     "make_slots": "apex.vector_envs",  # gymnasium
     "check_vectorization": "apex.vector_envs",
+    "check_overlap": "apex.vector_halves",  # gymnasium
+    "SplitSlots": "apex.vector_halves",
     "Evaluator": "apex.evaluation",  # TensorFlow
     "Learner": "apex.learner",  # TensorFlow, Reverb
     "SGDStep": "apex.learner",
@@ -205,6 +209,8 @@ __all__ = [
     "to_observation",
     "make_slots",
     "check_vectorization",
+    "check_overlap",
+    "SplitSlots",
     # exploration
     "band_labels",
     "epsilon_bands",

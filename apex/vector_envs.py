@@ -89,15 +89,38 @@ class SlotEnvs:
 
     def step(self, actions: np.ndarray) -> SlotStep:
         """Steps every slot with its action; see SlotStep."""
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Starts a step of every slot; where the mode steps outside Python (ALE's
+        C++ threads, gymnasium_async's subprocesses: `steps_apart`) it runs
+        while the caller goes on, until `recv`."""
         self._steps += 1
         if self._fault_every is not None and self._steps % self._fault_every == 0:
             raise InjectedFault(
                 f"injected fault at step {self._steps} (env.fault_every={self._fault_every})"
             )
-        out = self._step(np.asarray(actions, np.int64))
+        self._send(np.asarray(actions, np.int64))
+        self._pending = True
+
+    def recv(self) -> SlotStep:
+        """The step `send` started; see SlotStep."""
+        out = self._recv()
+        self._pending = False
         if self._clip:
             np.clip(out.rewards, -1.0, 1.0, out=out.rewards)
         return out
+
+    steps_apart = False
+    """Whether a step runs outside Python between `send` and `recv`."""
+    _pending = False  # a step sent and not yet received
+
+    def _send(self, actions: np.ndarray) -> None:  # stepped in recv unless overridden
+        self._sent = actions
+
+    def _recv(self) -> SlotStep:
+        return self._step(self._sent)
 
     def _reset(self, seeds: list[int]) -> np.ndarray:
         raise NotImplementedError
@@ -208,6 +231,7 @@ class GymnasiumSlots(SlotEnvs):
         self._one_seed = one_seed
         self._env = env
         self._encode = encode or (lambda obs: obs)
+        self.steps_apart = hasattr(env, "step_async")  # gymnasium's AsyncVectorEnv
         if spec is None:
             space = env.single_observation_space
             probe = gym.Env()
@@ -220,8 +244,18 @@ class GymnasiumSlots(SlotEnvs):
         obs, _ = self._env.reset(seed=seeds[0] if self._one_seed else seeds)
         return self._encode(obs)
 
-    def _step(self, actions: np.ndarray) -> SlotStep:
-        obs, rewards, terminated, truncated, info = self._env.step(actions)
+    def _send(self, actions: np.ndarray) -> None:
+        if self.steps_apart:
+            self._env.step_async(actions)
+        else:
+            self._sent = actions
+
+    def _recv(self) -> SlotStep:
+        if self.steps_apart:
+            return self._result(*self._env.step_wait())
+        return self._result(*self._env.step(self._sent))
+
+    def _result(self, obs, rewards, terminated, truncated, info) -> SlotStep:
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         obs = self._encode(obs)
         ended = np.flatnonzero(terminated | truncated)
@@ -237,6 +271,11 @@ class GymnasiumSlots(SlotEnvs):
         )
 
     def close(self) -> None:
+        if self._pending and self.steps_apart:
+            try:  # a step sent and not received (actor.overlap): end it first
+                self._env.step_wait()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
         self._env.close()
 
 
@@ -297,8 +336,13 @@ class AleSlots(SlotEnvs):
         self._stack[:] = frames[:, -1:]  # a new episode's stack: its first frame K times
         return self._view(self._stack).copy()
 
-    def _step(self, actions: np.ndarray) -> SlotStep:
-        frames, rewards, terminated, truncated, info = self._env.step(actions)
+    steps_apart = True  # ALE's C++ threads step between send and recv
+
+    def _send(self, actions: np.ndarray) -> None:
+        self._env.send(actions)
+
+    def _recv(self) -> SlotStep:
+        frames, rewards, terminated, truncated, info = self._env.recv()
         stack = self._stack
         stack[:, :-1] = stack[:, 1:]
         stack[:, -1] = frames[:, -1]

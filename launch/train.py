@@ -198,12 +198,13 @@ def load_and_prepare(path: str, overrides: list[tuple[str, str]]):
         apply_override(config, field, value)
     validate(config)
     # Only now: a config refused above does not pay Gymnasium's import.
-    from apex import check_vectorization, prepare_env
+    from apex import check_overlap, check_vectorization, prepare_env
     from apex.agents import check_torso
 
     prepared = prepare_env(config)
     check_torso(config, prepared.spec)
     check_vectorization(config.env)  # ConfigError where the mode cannot run this env
+    check_overlap(config)  # actor.overlap: two halves stepped in turn
     return config, prepared
 
 

@@ -105,6 +105,10 @@ LOAD_CASES = [
     (C, [("env.id", "Acrobot-v1"), ("env.vectorization", "gymnasium")], "env.vectorization", "'gymnasium'", "'gymnasium' only for an env with a vector entry point", "vectorization_gymnasium_without_vector_form"),
     (A, [("env.vectorization", "ale"), ("env.kwargs", "{'mode': 1}")], "env.vectorization", "'ale'", "'python' for env.kwargs ['mode']", "vectorization_ale_with_unmapped_kwargs"),
     (C, [("env.vectorization", "envpool")], "env.vectorization", "'envpool'", "an installed EnvPool (pip install envpool", "vectorization_envpool_missing"),
+    # actor.overlap (apex.vector_halves.check_overlap)
+    (C, [("actor.overlap", "true")], "actor.overlap", "True", "False with env.vectorization's 'gymnasium': only ['ale', 'gymnasium_async'] step outside Python", "overlap_without_a_mode_that_steps_apart"),
+    (C, [("actor.overlap", "true"), ("actor.envs_per_actor", "1"), ("env.vectorization", "gymnasium_async")], "actor.overlap", "True", "False with actor.envs_per_actor=1 (two halves)", "overlap_with_one_env"),
+    (R2D2, [("actor.overlap", "true"), ("env.vectorization", "gymnasium_async")], "actor.overlap", "True", "False for agent 'r2d2' (the overlapped loop is Ape-X DQN's)", "overlap_for_r2d2"),
     # central inference and the model store
     (C, [("actor.inference", "gpu")], "actor.inference", "'gpu'", "one of ['local', 'central']", "inference_mode_unknown"),
     (C, [("inference.max_batch", "8")], "inference.max_batch", "8", "at least actor.envs_per_actor (16): one actor's request of 16 observations is never split", "inference_batch_below_a_request"),

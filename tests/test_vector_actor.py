@@ -19,10 +19,11 @@ from tests.replay_checks import assert_cartpole_nstep
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def config(name: str, mode: str, envs: int = 3):
+def config(name: str, mode: str, envs: int = 3, overlap: bool = False):
     c = load_config_file(os.path.join(ROOT, "configs", name))
     c.actor.envs_per_actor = envs
     c.env.vectorization = mode
+    c.actor.overlap = overlap
     c.actor.epsilon_base = 0.6  # mostly random: short episodes, many ends
     if c.agent == "r2d2":
         c.r2d2.sequence_length, c.r2d2.sequence_period, c.r2d2.burn_in = 8, 4, 2
@@ -81,6 +82,30 @@ def test_a_mode_whose_envs_agree_with_the_python_list_writes_the_same_items(name
     assert_same_items(fast, slow)
 
 
+@pytest.mark.parametrize(
+    "name,mode,envs,steps",
+    [("apex_cartpole.py", "gymnasium_async", 5, 60), ("apex_atari.py", "ale", 4, 90)],
+)
+def test_two_halves_stepped_in_turn_write_the_same_items_as_one_vector_env(name, mode, envs, steps):
+    """actor.overlap: each half's next actions are picked while the other half
+    steps; every slot's items are those of the python list: observations,
+    actions, rewards and discounts bit for bit; the Q-values a half's forward
+    pass computed (batch E/2, not E) to float32 rounding."""
+    overlapped, episodes = items_of(config(name, mode, envs, overlap=True), steps)
+    slow, _ = items_of(config(name, "python", envs), steps)
+    assert episodes >= 3
+    assert len(overlapped) == len(slow) > 0
+    for (x, px), (y, py) in zip(overlapped, slow):
+        assert sorted(x) == sorted(y)
+        for key in x:
+            a, b = np.asarray(x[key]), np.asarray(y[key])
+            if key in ("q_taken", "next_value"):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=key)
+            else:
+                np.testing.assert_array_equal(a, b, err_msg=key)
+        assert px == pytest.approx(py, rel=1e-4, abs=1e-6)
+
+
 @pytest.mark.parametrize("name", ["apex_cartpole.py", "r2d2_cartpole_masked.py"])
 def test_the_cartpole_vector_entry_point_writes_right_nstep_transitions_and_sequences(name):
     c = config(name, "gymnasium", envs=8)
@@ -102,7 +127,7 @@ def test_the_cartpole_vector_entry_point_writes_right_nstep_transitions_and_sequ
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("mode", ["python", "ale"])
+@pytest.mark.parametrize("mode", ["python", "ale", "ale_overlap"])
 def test_pong_frames_stored_once_decode_into_the_stacks_the_actor_saw(mode):
     """A real Reverb table of apex_atari.py: every sampled transition's obs and
     next_obs stacks are sliding windows of one episode's frames."""
@@ -113,7 +138,7 @@ def test_pong_frames_stored_once_decode_into_the_stacks_the_actor_saw(mode):
     from apex.replay.tables import unpack_item
     from apex.replay.writer import TransitionWriter
 
-    c = config("apex_atari.py", mode, envs=4)
+    c = config("apex_atari.py", mode.removesuffix("_overlap"), envs=4, overlap="overlap" in mode)
     c.replay.capacity, c.replay.min_size, c.replay.error_buffer = 2000, 1, 1e7
     spec = env_spec(c.env)
     server = reverb.Server(make_tables(c, spec))

@@ -20,6 +20,7 @@ from apex.exploration import epsilon_bands, slot_epsilons
 from apex.inference.client import RemoteQ
 from apex.roles import ItemWriter, MetricsSink, Reporter, VariableSource
 from apex.vector_envs import SlotEnvs, make_slots
+from apex.vector_halves import SplitSlots
 
 
 def initial_priorities(
@@ -100,7 +101,12 @@ class Actor(abc.ABC):
         self._num_envs = e
         # One vector env of E slots in env.vectorization's mode (apex.vector_envs):
         # same-step resets, observations of the stored type.
-        self._envs: SlotEnvs = make_slots(config.env, e, faults=True)
+        # actor.overlap: two halves stepped in turn (apex.vector_halves).
+        self._envs: SlotEnvs = (
+            SplitSlots(config, e, faults=True)
+            if config.actor.overlap
+            else make_slots(config.env, e, faults=True)
+        )
         if epsilons is None:
             epsilons = slot_epsilons(
                 actor_id,

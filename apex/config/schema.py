@@ -179,6 +179,11 @@ class ActorConfig:
     """Actor processes."""
     envs_per_actor: int = 16
     """Envs stepped by one actor with one batched forward pass per step."""
+    overlap: bool = False
+    """Step the envs in two halves in turn: while one half's envs step (outside
+    Python: env.vectorization 'ale' or 'gymnasium_async'), the other half's
+    Q-values are computed (apex.vector_halves; Ape-X DQN). Off by default: on 2
+    cores it gains nothing (docs/environments.md)."""
     epsilon_base: float = 0.4
     """Ape-X ladder: slot i of M gets epsilon_base ** (1 + alpha * i / (M - 1))."""
     epsilon_alpha: float = 7.0
