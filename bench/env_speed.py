@@ -14,7 +14,8 @@ medians over rounds, ratios of medians. Figures:
   agent steps/s and the actor process's CPU ms per agent step (every thread:
   ALE's too). Variants: 'today' (env.vectorization=python, oneDNN off: the
   actor before this bench existed), 'python' (oneDNN on), 'ale' (oneDNN on,
-  the default), and 'floor': ALE's vector env stepping the same 16 envs with
+  the default), 'ale_overlap' (the same with actor.overlap: two halves
+  stepped in turn), and 'floor': ALE's vector env stepping the same 16 envs with
   the same conv forward over all slots per step, epsilon-greedy, no replay;
   'overlap': the floor with the slots in two halves (two ALE vector envs):
   one half's Q-values computed while the other half's envs step in C++
@@ -49,6 +50,7 @@ FIGURES = {
         "today": ("actor", "python", "0"),
         "python": ("actor", "python", "1"),
         "ale": ("actor", "ale", "1"),
+        "ale_overlap": ("actor", "ale+overlap", "1"),
         "floor": ("floor", "ale", "1"),
         "overlap": ("overlap", "ale", "1"),
     },
@@ -63,7 +65,8 @@ def _config(figure: str, mode: str, envs: int):
 
     c = load_config_file(os.path.join(ROOT, CONFIGS.get(figure, CONFIGS["pong"])))
     c.actor.envs_per_actor = envs
-    c.env.vectorization = mode
+    c.env.vectorization, _, overlap = mode.partition("+")
+    c.actor.overlap = bool(overlap)  # 'ale+overlap': actor.overlap on
     c.replay.capacity = 200_000
     c.replay.min_size = 1
     c.replay.error_buffer = 1e9  # nobody samples: inserts never wait
@@ -340,6 +343,8 @@ def main() -> None:
             print(f"{figure:8s} floor / ale rate: {m['floor_ratio']:.2f}")
             overlap = med["overlap"]["per_s"] / med["floor"]["per_s"]
             print(f"{figure:8s} overlap / floor rate: {overlap:.2f}")
+            m["overlap_ratio"] = med["ale_overlap"]["per_s"] / m["per_s"]
+            print(f"{figure:8s} ale_overlap / ale rate: {m['overlap_ratio']:.2f}")
         summary[figure] = med
     path = save_results("env_speed", {"args": vars(args), "runs": runs, "medians": summary})
     print(f"\nwrote {os.path.relpath(path, ROOT)}")
