@@ -211,3 +211,31 @@ def test_a_damaged_newest_checkpoint_is_refused_by_tools_and_set_aside_by_a_resu
     assert f"resuming from checkpoints/{os.path.basename(older)}" in out, out[-3000:]
     assert _summary(run_dir)["resumed_from"] == older
     assert os.path.isdir(newest + ".damaged")
+
+
+def test_tools_status_names_the_program_restarts_of_a_finished_run(tmp_path):
+    """A finished run's status (no replay reachable): the restarts' count, the
+    last one's node, cause and cost."""
+    from tools.status import format_status, status
+
+    run_dir = str(tmp_path)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"logging": {"stall_seconds": 30.0}}, f)
+    record = {
+        "restart": 1,
+        "node": "learner",
+        "failure": "learner (pid 7) exited without stopping (killed, e.g. SIGKILL or out of memory)",
+        "life_seconds": 612.4,
+        "resumed_from": "ckpt-000001000",
+        "env_steps_lost": 4096,
+        "sgd_steps_lost": 512,
+    }
+    with open(os.path.join(run_dir, "restarts.json"), "w") as f:
+        json.dump({"restarts": [record]}, f)
+    s = status(run_dir)
+    assert s["program_restarts"] == [record]
+    assert (
+        "program restarts: 1; the last after learner failed 612 s into its life (learner "
+        "(pid 7) exited without stopping (killed, e.g. SIGKILL or out of memory)); lost 4,096 "
+        "env steps and 512 SGD steps back to ckpt-000001000"
+    ) in format_status(s)
