@@ -165,7 +165,9 @@ class Faults:
         if not poll(lambda: counters(self.run_dir)["learner_steps"] > resume_step, 60.0):
             back.append("learner steps did not count on from the checkpoint")
         path = os.path.join(checkpointing.checkpoints_dir(self.run_dir), rec["resumed_from"])
-        back += replay_restored(self.run_dir, replay_counts(path), t0)
+        # Rows of the new life only: the old coordinator writes rows with its last
+        # (stale) poll of a dead shard until its stop ends, before the record's time.
+        back += replay_restored(self.run_dir, replay_counts(path), float(rec["time"]))
         event["counters_back"] = back
 
     def disk_full(self, event: dict) -> None:
