@@ -83,6 +83,14 @@ def _kill_learner(run_dir: str, not_pid: int | None = None) -> int:
     return pid
 
 
+def _until_exit(proc, token: str, reader) -> None:
+    """Waits (hang guards) for the launcher to exit, its output read, and every
+    process of the program to be gone."""
+    proc.wait(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
+    reader.join(timeout=STOP_TIMEOUT)
+    wait_until_gone(token)
+
+
 def _summary(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "summary.json")) as f:
         return json.load(f)
@@ -114,9 +122,7 @@ def test_a_sigkilled_learner_is_survived_without_a_relaunch(tmp_path):
         saved = int(os.path.basename(ckpt).split("-")[1])
         wait_for_state(run_dir, lambda st: (st.get("learner_steps") or 0) > saved + 50)
         killed = _kill_learner(run_dir)
-        proc.wait(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
-        reader.join(timeout=STOP_TIMEOUT)
-        wait_until_gone(token)
+        _until_exit(proc, token, reader)
     finally:
         kill_tree(proc, token)
     out = "".join(lines)
@@ -153,9 +159,7 @@ def test_a_learner_that_dies_at_every_start_is_a_crash_loop_named_in_the_summary
         pid = None
         for _ in range(3):  # each life's learner, as soon as it beats
             pid = _kill_learner(run_dir, not_pid=pid)
-        proc.wait(timeout=STARTUP_TIMEOUT + STOP_TIMEOUT)
-        reader.join(timeout=STOP_TIMEOUT)
-        wait_until_gone(token)
+        _until_exit(proc, token, reader)
     finally:
         kill_tree(proc, token)
     out = "".join(lines)

@@ -91,8 +91,10 @@ class VectorActor(Actor):
         actions, q_taken, versions = self._sent
         explore = self._rng.random(e) < self._epsilons
         randoms = self._rng.integers(0, self._num_actions, size=e)
-        acting_obs, next_value = np.empty_like(self._obs), np.empty(e)
-        next_actions, next_q, next_versions = np.empty_like(actions), np.empty(e), np.empty(e, int)
+        # The dtypes of the one-piece step's arrays (Q-values as the network gives them).
+        acting_obs, next_value = np.empty_like(self._obs), np.empty_like(q_taken)
+        next_actions, next_q = np.empty_like(actions), np.empty_like(q_taken)
+        next_versions = np.empty_like(versions)
         outs = []
         for i, sl in enumerate(envs.slices):
             out = envs.recv_half(i)
