@@ -144,3 +144,97 @@ def test_tf_function_calls_stop_leaking_once_the_rendezvous_is_shared():
     assert got["leaked"] > 6 * 2**20, got  # the TF bug, seen: the probe can tell
     assert got["kept"] < 2 * 2**20, got
     assert got["wrong"] == []
+
+
+# A namedtuple's own API, public though it starts with "_".
+_NAMEDTUPLE_API = {"_asdict", "_fields", "_make", "_replace"}
+
+
+def _reached(source: str) -> tuple[set[str], set[str]]:
+    """(private names, modules) the code in `source` reaches: `obj._name` on any
+    object but self and cls, `getattr(obj, "_name")` and `require(obj, "_name", ...)`,
+    and every module it imports (dunder names and a namedtuple's API are nobody's
+    private API)."""
+    import ast
+
+    names: set[str] = set()
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            owner = node.value.id if isinstance(node.value, ast.Name) else ""
+            if owner not in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.Call) and len(node.args) >= 2:
+            func = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            arg = node.args[1]
+            if func in ("getattr", "require") and isinstance(arg, ast.Constant):
+                names.add(str(arg.value))
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    private = {n for n in names if n.startswith("_") and not n.endswith("__")}
+    return private - _NAMEDTUPLE_API, modules
+
+
+def _private_use(source: str, private: set[str], modules: set[str]) -> list[str]:
+    """What `source` reaches of the private names and library modules apex.compat reaches."""
+    names, imported = _reached(source)
+    return sorted(names & private) + sorted(imported & modules)
+
+
+def _compat_reach() -> tuple[set[str], set[str]]:
+    """The private names apex.compat reaches, and the private modules of Reverb,
+    Launchpad, TensorFlow and Courier it imports."""
+    from pathlib import Path
+
+    from tests.procs import ROOT
+
+    private: set[str] = set()
+    modules: set[str] = set()
+    for path in sorted(Path(ROOT, "apex", "compat").glob("*.py")):
+        names, imported = _reached(path.read_text())
+        private |= names
+        modules |= {
+            m
+            for m in imported
+            if m.split(".")[0] in ("reverb", "launchpad", "tensorflow", "courier") and "." in m
+        }
+    return private, modules
+
+
+def test_private_symbols_are_reached_only_inside_the_compat_package():
+    from pathlib import Path
+
+    from tests.procs import ROOT
+
+    private, modules = _compat_reach()
+    # The scan read what the package reaches (a few of each library's).
+    assert {"_client", "_LOCAL_LAUNCHER_MAP", "_handle"} <= private, private
+    assert {"reverb.pybind", "tensorflow.python.eager.context"} <= modules, modules
+    found = []
+    for folder in ("apex", "launch", "tools", "bench"):
+        for path in sorted(Path(ROOT, folder).rglob("*.py")):
+            parts = path.relative_to(ROOT).parts
+            if parts[:2] == ("apex", "compat") or any(p.startswith(".") for p in parts):
+                continue
+            used = _private_use(path.read_text(), private, modules)
+            found += [f"{path.relative_to(ROOT)}: {u}" for u in used]
+    assert found == [], "\n".join(found)
+
+
+def test_the_private_symbol_scan_finds_a_use_outside_the_package():
+    private, modules = _compat_reach()
+    source = (
+        "from reverb import pybind\n"
+        "def f(client, manager):\n"
+        "    self._client = client  # its own field: not Reverb's\n"
+        "    manager._termination_notice_secs = 3\n"
+        "    return getattr(client, '_client')\n"
+    )
+    assert _private_use(source, private, modules) == [
+        "_client",
+        "_termination_notice_secs",
+        "reverb.pybind",
+    ]

@@ -365,7 +365,7 @@ def test_the_nodes_left_at_the_stop_windows_end_are_named_with_what_their_hosts_
     # every beat 'stopped' and no stack in the output: the launcher now asks
     # each late node's host (SIGUSR1: its stacks, if it runs); one whose
     # process has exited is not late, and the others are named with the answer.
-    from launch.ray_launch import still_running
+    from launch.ray_stop import still_running
 
     text = still_running({"learner/0": True, "actor/0": None})
     assert text == (

@@ -17,7 +17,7 @@ to shard i mod S
     ADDRESSES_FILE                                RUN_DIR's file naming each shard's server
 Table figures (apex/replay/stats.py): what a server holds, as the tools print it
     table_stats, table_dict, stats_from_server_info, format_stats
-Writing and reading items (apex/replay/{writer,tables,dataset}.py)
+Writing and reading items (apex/replay/{writer,frame_streams,stalls,tables,dataset}.py)
     TransitionWriter, SequenceWriter   (lazy, TF) an actor's writers (n-step transitions,
                                        R2D2 sequences), each slot's steps to Reverb items
     pack_transitions, unpack_item      (lazy, TF) items packed for the table; a sampled
@@ -52,19 +52,15 @@ from apex.replay.stats import format_stats, stats_from_server_info, table_dict, 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time see _LAZY
     from apex.replay.dataset import make_dataset
+    from apex.replay.stalls import ReplayStalled
     from apex.replay.tables import unpack_item
-    from apex.replay.writer import (
-        ReplayStalled,
-        SequenceWriter,
-        TransitionWriter,
-        pack_transitions,
-    )
+    from apex.replay.writer import SequenceWriter, TransitionWriter, pack_transitions
 
 # The lazy names (TensorFlow and Reverb): name -> the module that defines it.
 _LAZY: dict[str, str] = {
     "make_dataset": "apex.replay.dataset",
     "pack_transitions": "apex.replay.writer",
-    "ReplayStalled": "apex.replay.writer",
+    "ReplayStalled": "apex.replay.stalls",
     "unpack_item": "apex.replay.tables",
     "SequenceWriter": "apex.replay.writer",
     "TransitionWriter": "apex.replay.writer",

@@ -3,7 +3,7 @@
 Reverb 0.7 compresses every chunk with Snappy: on real Pong frames ~374 B per
 84x84 frame (a chunk of 16 consecutive frames of one env). zstd (level 1) on
 each frame alone gets ~155 B, on a block of 8 consecutive frames ~55 B per
-frame (bench/atari_replay.py, docs/benchmarks.md). With
+frame (bench/atari_replay.py, docs/performance.md). With
 replay.frame_compression (default 'zstd') an actor that stores each frame once
 writes each block of G consecutive observations of a slot as one bytes value
 (a scalar tf.string step of its stream); the learner's input transform

@@ -108,7 +108,7 @@ def transition_signature(spec: EnvSpec) -> dict[str, tf.TensorSpec]:
 # consecutive steps, so two overlapping windows cannot share one. The scalars
 # and the provenance share one float64 column `meta` (float32 values and the
 # integers are exact in it): one column fewer per item is ~250 B less of
-# Reverb's per-item memory (figures in docs/benchmarks.md, issue 16).
+# Reverb's per-item memory (figures in docs/performance.md).
 def stores_frames(config: ApexConfig, spec: EnvSpec) -> bool:
     """True if `config`'s transitions store each frame once (frame windows):
     replay.frame_storage is 'auto' and the observation is a stack of
@@ -240,7 +240,7 @@ def sequence_signature(spec: EnvSpec, length: int, lstm_size: int) -> dict[str, 
 # float32 [4L + 2H] (SEQUENCE_STEP_FIELDS, L each, then state_h, state_c) and
 # `meta` float64 [6] (SEQUENCE_META; integers and float32 are exact in it).
 # `unpack_sequences` (the learner's input transform, the tools) gives back
-# sequence_signature's fields bit for bit. Measured in docs/benchmarks.md.
+# sequence_signature's fields bit for bit. Measured in docs/performance.md.
 SEQUENCE_STEP_FIELDS = ("action", "reward", "discount", "mask")
 SEQUENCE_META = ("start_step", "actor", "slot", "epsilon", "version", "insert_time")
 _SEQUENCE_DTYPES = {

@@ -1,19 +1,23 @@
-"""Writes n-step transitions or sequences, with per-item priorities, into Reverb."""
+"""Writes n-step transitions or sequences, with per-item priorities, into Reverb.
+
+Each writer owns one stream to the replay (Reverb's C++ TrajectoryWriter, at
+most max_in_flight_items unconfirmed; a broken stream told from a held one:
+apex.replay.stalls). Packed items are written here; items over frames stored
+once, through the layouts of apex.replay.frame_streams."""
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import reverb
 import tree
 
 from apex import compat
-from apex.replay.frame_codec import compresses, encode, sequence_block
-from apex.replay.stats import stats_from_server_info
+from apex.replay.frame_streams import SequenceFrames, StackedFrames
+from apex.replay.stalls import ReplayStalled, others_before_broken, pending_items, probe
 from apex.replay.tables import (
     ROW_PREFIX,
     SEQUENCE_META,
@@ -44,41 +48,8 @@ from apex.replay.tables import (
 
 # A write that waits for room watches its stream (TransitionWriter._wait): after
 # stall_seconds without a confirmation it asks the server every
-# STALL_PROBE_SECONDS, each call bounded by STALL_PROBE_TIMEOUT seconds.
+# STALL_PROBE_SECONDS whether the stream is broken (apex.replay.stalls).
 STALL_PROBE_SECONDS = 1.0
-STALL_PROBE_TIMEOUT = 2
-# A working stream held by the rate limiter gets its fair share of the inserts
-# the table takes (TransitionWriter._others_before_broken): STALL_OTHERS_FACTOR
-# shares of max_in_flight_items with none of its own is a broken stream.
-STALL_OTHERS_FACTOR = 4
-
-
-class ReplayStalled(RuntimeError):
-    """A writer's stream to the replay stopped moving while the server answers and
-    its rate limiter would take an insert: the stream is broken (a network
-    partition leaves it so: Reverb's writer does not recover). The actor goes on
-    with a new client and writer (launch.nodes.actor); `pending` items were
-    never confirmed (lost in flight), after `seconds` without a confirmation.
-    `moved`: the server does not answer, and its shard was started again
-    elsewhere (apex.coordination.moves): the new writer dials its new address."""
-
-    def __init__(
-        self, address: str, seconds: float, pending: int, error: str = "", moved: bool = False
-    ):
-        self.address, self.seconds, self.pending = address, float(seconds), int(pending)
-        self.moved = bool(moved)
-        why = f"; last stream error {error}" if error else ""
-        if moved:
-            text = (
-                f"the replay at {address} has not answered for {seconds:.0f} s and its shard "
-                f"was started again elsewhere ({pending} items unconfirmed)"
-            )
-        else:
-            text = (
-                f"the stream to the replay at {address} took no item for {seconds:.0f} s while "
-                f"the server answers and would take inserts ({pending} items unconfirmed{why})"
-            )
-        super().__init__(text)
 
 
 # Items as the table's columns (the layouts: apex.replay.tables; unpacked there).
@@ -193,7 +164,7 @@ class TransitionWriter:
         self._rows: bool | None = None  # the table's layout, asked at the first write
         self.items_written = 0
         self.seconds_writing = 0.0
-        self._frames: _FrameStreams | None = None  # set by start_frames
+        self._frames: StackedFrames | SequenceFrames | None = None  # set by start_frames
 
     # ------------------------------------------------ frames stored once (issue 16)
     can_store_frames = True  # ItemWriter (apex.roles): start_frames is offered
@@ -228,18 +199,22 @@ class TransitionWriter:
         """
         obs = np.asarray(obs)
         e, k = obs.shape[0], obs.shape[1]
-        # Oldest frame an item may still reference, counted back from a slot's
-        # newest: the n-step start's window (n + K) after at most n full
-        # restacks (K each, see append_frames) and the episode's first K.
-        keep = max(self._chunk_length, (n_step + 2) * k + 1)
-        self._writer.Close()  # nothing was written through it yet
-        self._writer = compat.reverb_trajectory_writer(self._client, self._chunk_length, 3000, keep)
+        frames = StackedFrames(e, k, n_step, self._chunk_length, compression)
         # An item is sent once its frames' chunks are complete: up to
         # chunk_length steps of every slot's items wait for them (a Flush
         # would cut chunks short: worse compression, more slices per item).
-        self._max_in_flight = max(self._max_in_flight, e * (self._chunk_length + n_step + 2))
-        self._frames = _FrameStreams(e, k, keep, compression=compression)
-        return self._frames.append(self._writer, [list(o) for o in obs])
+        self._use_frames(frames, e * (self._chunk_length + n_step + 2))
+        return frames.start(self._writer, obs)
+
+    def _use_frames(self, frames: StackedFrames | SequenceFrames, in_flight: int) -> None:
+        """Writes through a new Reverb writer that keeps `frames.keep` refs of each
+        column, with room for at least `in_flight` unconfirmed items."""
+        self._writer.Close()  # nothing was written through it yet
+        self._writer = compat.reverb_trajectory_writer(
+            self._client, self._chunk_length, 3000, frames.keep
+        )
+        self._max_in_flight = max(self._max_in_flight, in_flight)
+        self._frames = frames
 
     def append_frames(self, next_obs: np.ndarray, obs: np.ndarray) -> np.ndarray:
         """Stores the newest frame of every slot's next_obs [E, K, *frame]; returns
@@ -249,11 +224,7 @@ class TransitionWriter:
         position's window always equals the stack, bit for bit."""
         assert self._frames is not None, "start_frames first"
         t0 = time.perf_counter()
-        next_obs = np.asarray(next_obs)
-        e = len(next_obs)
-        shifted = (next_obs[:, :-1] == np.asarray(obs)[:, 1:]).reshape(e, -1).all(axis=1)
-        frames = [[next_obs[j, -1]] if shifted[j] else list(next_obs[j]) for j in range(e)]
-        out = self._frames.append(self._writer, frames)
+        out = self._frames.append_stacks(self._writer, next_obs, obs)
         self.seconds_writing += time.perf_counter() - t0
         return out
 
@@ -261,9 +232,7 @@ class TransitionWriter:
         """Stores slot's whole new stack obs [K, *frame] (an episode's first
         observation: the frame stack's padding included); returns its position."""
         assert self._frames is not None, "start_frames first"
-        frames: list[list[np.ndarray]] = [[] for _ in range(self._frames.num_slots)]
-        frames[slot] = list(np.asarray(obs))
-        return int(self._frames.append(self._writer, frames)[slot])
+        return self._frames.restart(self._writer, slot, obs)
 
     def write(self, batch: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         """Writes every row of `batch` (see NStepAccumulator.add) with its priority,
@@ -282,32 +251,24 @@ class TransitionWriter:
         )
         if self._frames is None:
             self._insert(packed, priorities)
-        else:  # obs/next_obs are frame positions
-            self._insert_frames(packed, local, batch["obs"], batch["next_obs"], priorities)
+        else:  # obs/next_obs are frame positions; scalars and provenance one column
+            meta = np.concatenate(
+                [packed["scalars"], packed["provenance"]], axis=1, dtype=np.float64
+            )
+            n = len(priorities)
+            rows = self._confirmed_window(n)
+            self._frames.insert_transitions(
+                self._writer,
+                self._table,
+                meta,
+                local,
+                batch["obs"],
+                batch["next_obs"],
+                priorities,
+                rows,
+            )
+            self.items_written += n
         self.seconds_writing += time.perf_counter() - t0
-
-    def _insert_frames(self, packed, slots, obs_pos, next_pos, priorities) -> None:
-        """One item per row: `obs_frames` and `next_obs_frames` reference two
-        windows of the row's slot's frame stream; its scalars and provenance
-        are written as one step of one column, `meta`."""
-        frames = self._frames
-        e = frames.num_slots
-        meta = np.concatenate([packed["scalars"], packed["provenance"]], axis=1, dtype=np.float64)
-        # Columns in the signature's order (sorted names): meta,
-        # next_obs_frames, obs_frames.
-        squeeze = [True, False, False]
-        w, table = self._writer, self._table
-        blank: list = [None] * e
-        n = len(priorities)
-        for j in self._confirmed_window(n):
-            s = int(slots[j])
-            columns = [
-                [w.Append(blank + [meta[j]])[e]],
-                frames.window(s, int(next_pos[j])),
-                frames.window(s, int(obs_pos[j])),
-            ]
-            w.CreateItem(table, float(priorities[j]), columns, squeeze)
-        self.items_written += n
 
     def _insert(self, columns: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         """One item per row of `columns` ({name: [N, ...]}, the table's signature
@@ -321,7 +282,7 @@ class TransitionWriter:
             w.CreateItem(table, float(priorities[j]), [[r] for r in refs], squeeze)
         self.items_written += n
 
-    def _confirmed_window(self, n: int):
+    def _confirmed_window(self, n: int) -> Iterator[int]:
         """Yields 0..n-1 (the rows to insert), waiting before each window of
         max_in_flight_items // 2 rows until the server has confirmed enough of
         this writer's items that at most max_in_flight_items stay unconfirmed."""
@@ -345,7 +306,8 @@ class TransitionWriter:
           - the table's rate limiter would take an insert, twice in a row;
           - the table took STALL_OTHERS_FACTOR fair shares of inserts from other
             writers while none of this writer's pending items was confirmed (a
-            limiter that other actors keep full is not why this one waits)."""
+            limiter that other actors keep full is not why this one waits).
+        The probes and the fair share: apex.replay.stalls."""
         if stoppable and self._should_stop():
             timeout = 0.001  # stopping: one look, no wait
         began = time.monotonic()
@@ -372,28 +334,30 @@ class TransitionWriter:
             now = time.monotonic()
             if watch and now >= next_probe:
                 next_probe = now + STALL_PROBE_SECONDS
-                verdict, inserts = self._probe()
+                verdict, inserts = probe(self._client, self._table)
                 if verdict == "unreachable":
                     open_probes, baseline = 0, None
                     if self.unreachable_since is None:
                         self.unreachable_since = time.time()
                     if self.address_moved is not None and self.address_moved():
                         raise ReplayStalled(
-                            self._client_address(), now - began, self._pending_items(), moved=True
+                            self._client_address(), now - began, self._pending(), moved=True
                         )
                     continue
                 self.unreachable_since = None
                 open_probes = open_probes + 1 if verdict == "open" else 0
                 broken = bool(stream_error) or open_probes >= 2
                 if not broken and inserts is not None:
-                    mine = self._pending_items()
+                    mine = self._pending()
                     if baseline is None or mine < baseline[1]:
                         baseline = (inserts, mine)  # ours moved: the stream works
-                    elif inserts - baseline[0] >= self._others_before_broken():
+                    elif inserts - baseline[0] >= others_before_broken(
+                        self._max_in_flight, self.fellow_writers
+                    ):
                         broken = True
                 if broken:
                     raise ReplayStalled(
-                        self._client_address(), now - began, self._pending_items(), stream_error
+                        self._client_address(), now - began, self._pending(), stream_error
                     )
 
     # Seconds a write waits for room without any confirmation before the writer
@@ -406,50 +370,12 @@ class TransitionWriter:
     # launch.nodes.actor from the coordinator's replies; None: never asked).
     address_moved: Callable[[], bool] | None = None
 
-    def _others_before_broken(self) -> int:
-        """Items the table may take from other writers while none of this one's
-        pending items is confirmed before its stream counts as broken: each
-        writer's fair share (Reverb lets held writers in in turn: measured even
-        across 8 writers) is STALL_OTHERS_FACTOR times max_in_flight_items."""
-        return STALL_OTHERS_FACTOR * self._max_in_flight * max(1, int(self.fellow_writers))
-
     def _client_address(self) -> str:
         return str(getattr(self._client, "server_address", "?"))
 
-    def _probe(self) -> tuple[str, int | None]:
-        """('unreachable', None) when no answer came within STALL_PROBE_TIMEOUT s;
-        else ('open' if this writer's table would take an insert now, or 'held'
-        if its rate limiter holds inserts, waiting being right) and how many
-        inserts the table has completed (None if the answer lacks our table)."""
-        try:
-            info = self._client.server_info(timeout=STALL_PROBE_TIMEOUT)
-        except Exception:  # noqa: BLE001 - no answer: the link or the server is down
-            return "unreachable", None
-        try:
-            stats = {t["table"]: t for t in stats_from_server_info(info)}[self._table]
-            return ("open" if stats["rate_limiter"]["can_insert"] else "held"), int(
-                stats["inserts"]
-            )
-        except Exception:  # noqa: BLE001 - an answer without our table: not our stream's fault
-            return "held", None
-
-    def _pending_items(self) -> int:
-        """How many of this writer's items the server has not confirmed (a
-        bisection of Flush with 1 ms timeouts; max_in_flight_items if it errs)."""
-        lo, hi = 0, self._max_in_flight
-        try:
-            while lo < hi:
-                mid = (lo + hi) // 2
-                try:
-                    self._writer.Flush(mid, 1)
-                    hi = mid
-                except RuntimeError as err:
-                    if "Timeout exceeded" not in str(err):
-                        return self._max_in_flight
-                    lo = mid + 1
-        except Exception:  # noqa: BLE001 - a count, not worth a failure
-            return self._max_in_flight
-        return lo
+    def _pending(self) -> int:
+        """How many of this writer's items the server has not confirmed."""
+        return pending_items(self._writer, self._max_in_flight)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Blocks until the server confirmed every item written so far (or
@@ -477,96 +403,7 @@ class TransitionWriter:
         self.close()
 
 
-class _FrameStreams:
-    """Each slot's stream of frames in the Reverb writer: column j is slot j's
-    stream; the newest `keep` refs of each are held for items.
-
-    Positions count frames (observations). Uncompressed, each frame is one
-    writer step. Compressed (apex.replay.frame_codec), each block of `block`
-    consecutive frames of a slot is one writer step holding its bytes: a slot's
-    frames wait in `pending` until its block is full, and a window must cover
-    whole blocks that are written (block 1: every frame at once).
-    """
-
-    def __init__(
-        self,
-        num_slots: int,
-        stack: int,
-        keep: int,
-        item_columns: int = 1,
-        compression: str = "none",
-        block: int = 1,
-    ):
-        self.num_slots = num_slots
-        self.stack = stack
-        self.item_columns = item_columns  # the writer's columns after the streams
-        self.compression = compression
-        self.block = int(block) if compresses(compression) else 1
-        self.count = np.zeros(num_slots, np.int64)  # frames appended per slot
-        self.refs = [collections.deque(maxlen=keep) for _ in range(num_slots)]  # one per step
-        self.pending: list[list[np.ndarray]] = [[] for _ in range(num_slots)]
-        self.stored_bytes = 0  # compressed bytes written (0 uncompressed)
-
-    def append(self, writer, frames: list[list[np.ndarray]]) -> np.ndarray:
-        """Appends slot j's frames[j] (oldest first; may be empty) to its stream,
-        as few writer steps as the longest list; returns every slot's newest position."""
-        steps: list[list] = []
-        for j, f in enumerate(frames):
-            self.count[j] += len(f)
-            if not compresses(self.compression):
-                steps.append(list(f))
-                continue
-            self.pending[j].extend(f)
-            out = []
-            while len(self.pending[j]) >= self.block:
-                block, self.pending[j] = (
-                    self.pending[j][: self.block],
-                    self.pending[j][self.block :],
-                )
-                value = encode(np.stack(block), self.compression)
-                self.stored_bytes += len(value)
-                out.append(np.array(value, dtype=object))
-            steps.append(out)
-        for r in range(max(len(f) for f in steps)):
-            step = [f[r] if r < len(f) else None for f in steps]
-            refs = writer.Append(step + [None] * self.item_columns)  # then the items' columns
-            for j, value in enumerate(step):
-                if value is not None:
-                    self.refs[j].append(refs[j])
-        return self.count - 1  # a copy
-
-    def align(self, writer, slot: int, fill: np.ndarray) -> None:
-        """Starts slot's next frame on a block boundary: `fill` frames (never
-        referenced) complete its open block, if any."""
-        gap = -int(self.count[slot]) % self.block
-        if gap:
-            frames: list[list[np.ndarray]] = [[] for _ in range(self.num_slots)]
-            frames[slot] = [fill] * gap
-            self.append(writer, frames)
-
-    def window(self, slot: int, position: int, length: int | None = None) -> list:
-        """The refs of the `length` (default `stack`) frames ending at `position`
-        of slot's stream: one per frame, or one per block (compressed blocks:
-        the window starts and ends on block boundaries)."""
-        length = self.stack if length is None else length
-        first, g = position - length + 1, self.block
-        refs = self.refs[slot]
-        written = (int(self.count[slot]) - len(self.pending[slot])) // g  # steps written
-        if first % g or length % g:
-            raise RuntimeError(
-                f"frame window {first}..{position} of slot {slot} is not on blocks of {g}"
-            )
-        lo = first // g - (written - len(refs))
-        hi = (position + 1) // g - (written - len(refs))
-        if lo < 0 or hi > len(refs):
-            raise RuntimeError(
-                f"frame window ending at {position} of slot {slot} is no longer held or not "
-                f"yet written ({len(refs)} of {written} steps kept)"
-            )
-        return [refs[i] for i in range(lo, hi)]
-
-
-# Chunk length of R2D2's frame layout (bench/atari_replay.py, docs/benchmarks.md).
+# Chunk length of R2D2's frame layout (bench/atari_replay.py, docs/performance.md).
 FRAME_CHUNK_LENGTH = 8
 
 
@@ -600,9 +437,6 @@ class SequenceWriter(TransitionWriter):
     ):
         super().__init__(*args, chunk_length=chunk_length, **kwargs)
         self._frame_chunk_length = int(frame_chunk_length)  # the frame layout's
-        self._length = 0  # L, set by start_frames
-        self._last_real: np.ndarray | None = None  # each slot's newest real observation
-        self._zero: np.ndarray | None = None
 
     def start_frames(
         self, obs: np.ndarray, length: int, period: int, compression: str = "none"
@@ -624,40 +458,23 @@ class SequenceWriter(TransitionWriter):
         """
         obs = np.asarray(obs)
         e = obs.shape[0]
-        self._length = int(length)
-        self._chunk_length = self._frame_chunk_length
-        g = sequence_block(length, period, compression)
-        # Oldest step an item may still reference, counted back from a slot's
-        # newest: an open sequence's start (< L back) and its padding (< L)
-        # (in writer steps: blocks of g observations).
-        keep = (2 * self._length + g - 1) // g + self._chunk_length + 1
-        self._writer.Close()  # nothing was written through it yet
-        self._writer = compat.reverb_trajectory_writer(self._client, self._chunk_length, 3000, keep)
+        self._chunk_length = c = self._frame_chunk_length
+        frames = SequenceFrames(e, np.zeros_like(obs[0]), length, period, c, compression)
         # An item is sent once its chunks are complete: the sequences of up to
         # chunk_length steps of every slot (those an episode's end emits at
         # once included) and chunk_length items wait for them (a Flush would
         # cut chunks short).
-        c = self._chunk_length
-        per_slot = (self._length + c) // max(1, int(period)) + 2
-        self._max_in_flight = max(self._max_in_flight, 2 * c + e * per_slot)
-        self._frames = _FrameStreams(
-            e, self._length, keep, item_columns=2, compression=compression, block=g
-        )
-        self._zero = np.zeros_like(obs[0])
-        positions = self._frames.append(self._writer, [[o] for o in obs])
-        self._last_real = positions.copy()
-        return positions
+        per_slot = (frames.length + c) // max(1, int(period)) + 2
+        self._use_frames(frames, 2 * c + e * per_slot)
+        return frames.append_steps(self._writer, obs)
 
-    def append_frames(self, obs: np.ndarray, episode_starts=()) -> np.ndarray:
+    def append_frames(self, obs: np.ndarray, episode_starts: Iterable[int] = ()) -> np.ndarray:
         """Appends every slot's next observation obs [E, *obs] to its stream;
         returns their positions. `episode_starts`: the slots whose obs is an
         episode's first (its sequences start there: on a block boundary)."""
         assert self._frames is not None, "start_frames first"
         t0 = time.perf_counter()
-        for j in episode_starts:
-            self._frames.align(self._writer, int(j), self._zero)
-        positions = self._frames.append(self._writer, [[o] for o in np.asarray(obs)])
-        self._last_real = positions.copy()
+        positions = self._frames.append_steps(self._writer, obs, episode_starts)
         self.seconds_writing += time.perf_counter() - t0
         return positions
 
@@ -668,8 +485,24 @@ class SequenceWriter(TransitionWriter):
         t0 = time.perf_counter()
         n = len(priorities)
         local = np.asarray(batch["slot"], np.int64)
-        if self._frames is not None:
-            self._insert_sequences(batch, local, priorities)
+        if self._frames is not None:  # obs are frame positions
+            slots = self._slot_offset + local
+            floats, meta = pack_sequences(
+                batch, int(self._actor), slots, self._epsilons[local], time.time()
+            )
+            rows = self._confirmed_window(n)
+            self._frames.insert_sequences(
+                self._writer,
+                self._table,
+                floats,
+                meta,
+                local,
+                batch["obs"],
+                batch["mask"],
+                priorities,
+                rows,
+            )
+            self.items_written += n
             self.seconds_writing += time.perf_counter() - t0
             return
         columns = {name: batch[name] for name in self.FIELDS}
@@ -680,42 +513,3 @@ class SequenceWriter(TransitionWriter):
         columns["insert_time"] = np.full(n, time.time(), np.float64)
         self._insert(columns, priorities)
         self.seconds_writing += time.perf_counter() - t0
-
-    def _insert_sequences(self, batch, slots, priorities) -> None:
-        """One item per sequence: `obs_frames` references the L steps of its
-        slot's stream from its first position on (the steps after an episode's
-        end are zero observations, appended here once per slot as needed);
-        `floats` and `meta` are one step each of the writer's last two columns."""
-        frames, length = self._frames, self._length
-        e = frames.num_slots
-        floats, meta = pack_sequences(
-            batch,
-            int(self._actor),
-            self._slot_offset + slots,
-            self._epsilons[slots],
-            time.time(),
-        )
-        positions = np.asarray(batch["obs"], np.int64)
-        real = np.asarray(batch["mask"]).sum(axis=1).astype(np.int64)
-        # Columns in the signature's order (sorted names): floats, meta, obs_frames.
-        squeeze = [True, True, False]
-        w, table = self._writer, self._table
-        blank: list = [None] * e
-        n = len(priorities)
-        for j in self._confirmed_window(n):
-            s, first, k = int(slots[j]), int(positions[j, 0]), int(real[j])
-            if not np.array_equal(positions[j, :k], first + np.arange(k)):
-                raise RuntimeError(f"sequence {j}: its steps are not consecutive in its stream")
-            last = first + length - 1
-            if k < length:  # padded: zero observations after the episode's last one
-                if first + k - 1 != self._last_real[s]:
-                    raise RuntimeError(f"sequence {j}: padding after a step not the newest")
-                pad = last + 1 - int(frames.count[s])
-                if pad > 0:
-                    zeros = [[] for _ in range(e)]
-                    zeros[s] = [self._zero] * pad
-                    frames.append(w, zeros)
-            refs = w.Append(blank + [floats[j], meta[j]])[e:]
-            columns = [[refs[0]], [refs[1]], frames.window(s, last, length)]
-            w.CreateItem(table, float(priorities[j]), columns, squeeze)
-        self.items_written += n
