@@ -66,6 +66,7 @@ Modules used whole (their names read best qualified)
     checkpointing                    run checkpoints: load, latest_complete, verify_files, ...
     RunCheckpointer                  the learner's writer of run checkpoints
     FULL_DISK, is_disk_full          writes a full disk refused (apex.full_disk)
+    MetricSinks, group_overrides, end_group   metrics to W&B and MLflow (apex.tracking)
     heartbeat                        the heartbeat protocol: Heartbeat, its states, HOST
     fence                            actors' leases from the coordinator: Lease, Leases, FENCED_EXIT_CODE
     lifecycle                        stop handlers, watchdogs, NO_SHARED_FS_ENV
@@ -141,6 +142,7 @@ from apex.run_checkpointer import RunCheckpointer
 from apex.run_dir import default_run_dir, git_commit, prepare_run_dir, run_setting
 from apex.specs import EnvSpec
 from apex.supervision import NodeMonitor, exception_text, record_failure, recorded_failure
+from apex.tracking import MetricSinks, end_group, group_overrides
 from apex.trained_policy import PolicyError
 from apex.trained_policy import export as export_policy
 from apex.trained_policy import load as load_policy
@@ -277,6 +279,9 @@ __all__ = [
     "RunCheckpointer",
     "FULL_DISK",
     "is_disk_full",
+    "MetricSinks",
+    "group_overrides",
+    "end_group",
     "compat",
     "fence",
     "heartbeat",

@@ -28,6 +28,7 @@ from apex.config.schema import (
 )
 from apex.errors import ConfigError
 from apex.planning import check_rate_limits
+from apex.tracking import check_sinks
 
 
 def _check(cond: bool, field: str, value: Any, valid: str) -> None:
@@ -369,6 +370,7 @@ def validate(config: ApexConfig) -> None:
         "a tuple of increasing numbers in (0, 1), e.g. (0.01, 0.1), or ()",
     )
     _check(isinstance(c.run_dir, str), "run_dir", c.run_dir, "a path string")
+    check_sinks(c.logging)
 
 
 def _changed(section: Any, default: Any, names: tuple[str, ...] | None = None) -> list[str]:

@@ -14,9 +14,10 @@ overridden and validated (the env made once) before anything runs; a bad field
 or value is refused naming it (exit 2).
 
 Each trial is a `python -m launch.train` of its own run directory,
-DIR/trials/<setting>/seed-<S> (every tool that works on a run works on it);
-its output goes to DIR/logs/<setting>/seed-<S>.log. DIR/experiment.json records the
-config, grid, seeds, commit and every trial's state and attempts.
+DIR/trials/<setting>/seed-<S>, output in DIR/logs/<setting>/seed-<S>.log;
+DIR/experiment.json records the config, grid, seeds, commit and every trial's
+state and attempts. With logging.wandb or logging.mlflow on, the trials are one
+W&B group, and MLflow runs nested under one parent run (DIR/mlruns by default).
 
 One trial at a time by default; --parallel=K runs K at once. --launcher=ray
 makes every trial a program on the Ray cluster (--ray_address, or
@@ -24,11 +25,10 @@ makes every trial a program on the Ray cluster (--ray_address, or
 experiment); a trial the cluster has no room for waits until a running one ends.
 
 Ctrl-C (or SIGTERM) is forwarded to the running trials' process groups: each
-stops in order (final checkpoint, summary.json) and is recorded `stopped`;
-the experiment exits 130 (143). Running the same command again resumes the
-stopped trials from their checkpoints, starts the pending ones and skips the
-finished ones; a failed trial is recorded with its cause and the others go on;
---retry-failed reruns the failed ones. The same --out with a different
+stops in order and is recorded `stopped`; the experiment exits 130 (143). The
+same command again resumes the stopped trials, starts the pending ones and
+skips the finished ones; a failed trial is recorded with its cause and the
+others go on; --retry-failed reruns the failed ones. The same --out with another
 --config, --set or --seeds is refused. Exit codes: 0 every trial finished, 1
 some trial failed, 2 bad input, 130/143 stopped by a signal.
 
@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import apex
 from apex import ConfigError, apply_override, checkpointing, git_commit, load_config_file, validate
 from launch.experiment_record import (  # noqa: F401 - failure_cause, trial_results: public here too
     FAILED,
@@ -532,6 +533,8 @@ def run_experiment(
         say(
             f"[experiment] a simulated Ray cluster of {ray_simulate_nodes} nodes at {cluster.address}"
         )
+    grouping = apex.group_overrides(configs[0], out, record.setdefault("tracking", {}), train_args)
+    train_args = [*train_args, *(f"--config.{k}={v}" for k, v in grouping.items())]
     record["runs"].append({"started": time.time(), "commit": git_commit(ROOT), "argv": sys.argv})
     save_record(out, record)
     runner = Runner(
@@ -547,7 +550,9 @@ def run_experiment(
     )
     previous = {sig: signal.signal(sig, lambda s, f: runner.notify(s)) for sig in EXIT_SIGNAL}
     try:
-        return runner.run(), record
+        code = runner.run()
+        apex.end_group(grouping, code)
+        return code, record
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

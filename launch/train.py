@@ -64,6 +64,7 @@ from apex import (  # noqa: E402
     ApexConfig,
     ConfigError,
     FilteredStdout,
+    MetricSinks,
     NodeMonitor,
     PlacementError,
     StopReason,
@@ -382,6 +383,7 @@ def _launch_program(
         flush=True,
     )
     print(f"[apex] replay: {rate_limit_plan(config)}", flush=True)
+    sinks = MetricSinks.start(config, run_dir)
     monitor = None
     manager = None
     ray_failure, ray_failure_time = None, None
@@ -450,6 +452,8 @@ def _launch_program(
                 _NEXT_LIFE.append(restart)
     program_restarts.add_to_summary(run_dir, summary)
     code = exit_code(summary, failed is not None)
+    if sinks is not None:
+        sinks.close(summary, code)
     sys.stdout.close()
     return code
 

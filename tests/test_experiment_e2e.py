@@ -1,7 +1,9 @@
 """An experiment end to end: 2 settings x 3 seeds of the default CartPole config
 on a small budget, two trials at a time, stopped by SIGINT while trials train,
 resumed by the same command, and reported; the report's numbers are the
-trials' own summary.json figures."""
+trials' own summary.json figures. The trials' metrics go to W&B (offline) as
+one group, and to MLflow as runs nested under the experiment's, every row once
+across the stop."""
 
 import json
 import os
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.procs import ROOT, TOKEN_VAR, kill_tree, processes_with_token, wait_until
+from tests.sink_readers import mlflow_history, mlflow_runs, wandb_offline
 
 pytestmark = [pytest.mark.integration, pytest.mark.learning, pytest.mark.timeout(900)]
 
@@ -30,6 +33,9 @@ SETS = [
     "evaluation.episodes=2",
     "evaluation.period_seconds=1",
     "logging.progress_period_seconds=0",
+    # The trials' metrics also go to W&B (offline) and MLflow (a file store in the folder).
+    "logging.wandb=true",
+    "logging.mlflow=true",
 ]
 
 
@@ -138,6 +144,28 @@ def test_an_experiment_stops_on_sigint_resumes_and_reports_its_trials_summaries(
         if had_checkpoint.get(t["id"]):  # resumed from its checkpoint
             assert t["attempts"][-1]["resume"] is True
             assert _summary(out, t)["resumed_from"] is not None
+
+    # The sinks: one MLflow parent run and a child per trial, one W&B group.
+    uri = "file:" + os.path.join(out, "mlruns")
+    runs = mlflow_runs(uri)
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "exp"
+    children = {r.data.tags["apex.run_dir"]: r for r in runs if r is not parent}
+    assert {r.data.tags["mlflow.parentRunId"] for r in children.values()} == {parent.info.run_id}
+    for t in record["trials"]:
+        run_dir = os.path.join(out, t["run_dir"])
+        child, summary = children.pop(run_dir), _summary(out, t)
+        assert child.info.status == "FINISHED", t["id"]
+        assert child.data.metrics["summary/learner_steps"] == summary["learner_steps"]
+        with open(os.path.join(run_dir, "metrics", "learner.csv")) as f:
+            rows = [line for line in f if ",learner/steps," in line]
+        assert len(mlflow_history(uri, child.info.run_id, "learner/steps")) == len(rows)
+        lives = wandb_offline(run_dir)
+        assert {(life["id"], life["group"]) for life in lives} == {(lives[0]["id"], "exp")}
+        assert lives[-1]["summary"]["summary/learner_steps"] == summary["learner_steps"]
+        sent = [h for life in lives for h in life["history"] if "learner/steps" in h]
+        assert len(sent) == len(rows), t["id"]
+    assert not children
 
     # The report: every figure from the trials' summary.json.
     rep = subprocess.run(

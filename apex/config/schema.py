@@ -115,7 +115,7 @@ class ReplayConfig:
     R2D2 sequences on image observations reference L consecutive steps of their
     slot's observation stream (overlapping sequences share them). The learner
     gets the same data, bit for bit. 'packed' stores every item's observations
-    whole (the layout before issue 16; it resumes checkpoints of that layout).
+    whole (the older layout; it resumes checkpoints of that layout).
     Vector observations are always packed."""
     frame_compression: str = "zstd"
     """How frames stored once (frame_storage='auto' on image observations) are
@@ -125,15 +125,15 @@ class ReplayConfig:
     length and period, so no sequence decodes more than its own steps). The
     learner decodes them back bit for bit; tools.replay shows them as images.
     Pong, per frame: Snappy alone ~374 B, zstd ~155 B, zstd blocks of 8 ~55 B
-    (docs/benchmarks.md, issue 16)."""
+    (docs/performance.md, "What does replay cost?")."""
     transition_layout: str = "auto"
     """How Ape-X stores a transition on a vector observation. 'auto': one
     float64 row per item (obs, next_obs, action, reward, discount and
     provenance) when the observation is 1-D, at most 512 elements, of a dtype
     float64 holds exactly; Reverb's work per sampled item grows with its
-    columns, so the learner samples ~2x cheaper (docs/benchmarks.md, issue
-    28). 'columns': three columns (obs_pair, scalars, provenance), the layout
-    before issue 28 (it resumes checkpoints of that layout). Frame storage
+    columns, so the learner samples ~2x cheaper (docs/performance.md).
+    'columns': three columns (obs_pair, scalars, provenance), the older layout
+    (it resumes checkpoints of that layout). Frame storage
     (frame_storage) and R2D2 sequences are not affected."""
     colocate_with_learner: bool = True
     """Run the Reverb server in the learner's process (no gRPC on sampling)."""
@@ -294,7 +294,7 @@ class LearnerConfig:
     the learner trains one step per call, so its first step does not wait."""
     jit_compile: bool = False
     """Compile the SGD step's math with XLA (tf.function(jit_compile=True)). On
-    this CPU it makes the whole step slower (docs/benchmarks.md, issue 28); a
+    this CPU it makes the whole step slower (docs/performance.md); a
     local_mp launch then spawns its nodes instead of forking them (TensorFlow
     cannot run the compiled function in a process forked after its import)."""
     seed: int = 0
@@ -375,6 +375,24 @@ class LoggingConfig:
     epsilon_bands: tuple[float, ...] = (0.01, 0.1)
     """Band edges for per-epsilon-band returns and sample shares: (0.01, 0.1)
     gives bands eps < 0.01, 0.01 <= eps < 0.1 and eps >= 0.1."""
+    wandb: bool = False
+    """Also send the metrics to Weights & Biases (the `wandb` extra): offline,
+    into RUN_DIR/wandb, unless credentials are set (WANDB_API_KEY or `wandb
+    login`); WANDB_MODE, WANDB_ENTITY and the like are honoured."""
+    wandb_project: str = "apex"
+    """The W&B project of the run."""
+    mlflow: bool = False
+    """Also send the metrics to MLflow (the `mlflow` extra)."""
+    mlflow_tracking_uri: str = ""
+    """Where MLflow keeps runs ('': a local file store, RUN_DIR/mlruns; or e.g.
+    'http://host:5000', 'sqlite:///mlflow.db')."""
+    mlflow_experiment: str = "apex"
+    """The MLflow experiment the run is logged under."""
+    group: str = ""
+    """A name that groups runs (W&B's group; an MLflow tag); launch.experiment
+    sets it to the experiment's folder name."""
+    mlflow_parent_run_id: str = ""
+    """The MLflow run this run is nested under (launch.experiment sets it)."""
 
 
 @dataclasses.dataclass
