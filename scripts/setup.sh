@@ -59,6 +59,6 @@ pip_quiet() {
 }
 # Python 3.10's bundled pip (23.0) builds the dm-acme sdist with a deprecated path.
 pip_quiet install --quiet --upgrade "pip>=24"
-pip_quiet install --quiet -c requirements-py310.lock.txt -e '.[dev,atari,ray,box2d]'
+pip_quiet install --quiet -c requirements-py310.lock.txt -e '.[dev,atari,ray,box2d,minatar,wandb,mlflow]'
 stamp_of > .venv/.apex-stamp
 echo "apex setup: done in ${SECONDS} s ($(.venv/bin/python -m pip --version | cut -d' ' -f1-2)); the run's clock starts after this"

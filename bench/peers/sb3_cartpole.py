@@ -11,39 +11,15 @@ env. Stops at the first evaluation mean >= 475 or when --budget wall seconds hav
 passed since the process started. Prints one JSON line at the end.
 """
 
-import time
+from spawn_clock import T_SPAWN  # first: the imports below count as start-up
 
-T_TOP = time.time()  # before any other import: the imports count as startup
-
-import os  # noqa: E402
-
-
-def _process_start_time() -> float | None:
-    """Unix time the kernel started this process, or None: its age (/proc/uptime less
-    /proc/self/stat starttime, both since boot, 10 ms ticks) before now. (btime in
-    /proc/stat is whole seconds: boot time + starttime, as psutil's create_time does
-    it, can be up to 1 s early.)"""
-    try:
-        now = time.time()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        with open("/proc/self/stat") as f:
-            # the fields after the command name, which is in parentheses
-            fields = f.read().rsplit(")", 1)[1].split()
-        start_ticks = int(fields[19])  # field 22 of proc(5), starttime, in clock ticks
-        return now - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_PROC_START = _process_start_time()
-# Trust /proc only when it is before the top of this file, and not by much.
-T_SPAWN = _PROC_START if _PROC_START is not None and 0 <= T_TOP - _PROC_START < 5 else T_TOP
+# isort: split
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
