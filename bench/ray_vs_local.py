@@ -15,7 +15,7 @@ run, then one Ray run, each stopping at its first evaluation mean >= 475 or at
                per 1,000 env steps
   lo MB/s      bytes through the loopback interface per second: on one machine
                every RPC (inserts, parameter pulls, control plane) crosses it
-And from the local_mp runs, the inputs of the scale model (docs/benchmarks.md):
+And from the local_mp runs, the inputs of the scale model (docs/performance.md):
   actor CPU per env step, learner-process CPU per SGD step (learner + the
   replay server it hosts), coordinator CPU per env step, and loopback bytes per
   env step; then how many actors one learner feeds and what 8, 32 and 128 cores

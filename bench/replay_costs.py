@@ -8,7 +8,7 @@ insert ratio, and reads each process's CPU seconds (psutil, by the run's token).
 The server's CPU is modelled as a * inserts + b * sampled items; two ratios give
 two equations for a and b (least squares over more). Also prints the learner's
 CPU per SGD step without the server, and the actors' CPU per env step. The scale
-model in docs/benchmarks.md ("Ray vs local_mp") uses these. Writes
+model in docs/performance.md ("How far does it scale?") uses these. Writes
 bench/results/replay_costs-<commit>.json. Run nothing else meanwhile.
 """
 
