@@ -18,6 +18,9 @@ GYMNASIUM_VERSION=1.4.0
 TORCH_VERSION=2.14.1 # the newest torch with a CPython 3.10 wheel
 NUMPY_VERSION=2.2.6
 CLOUDPICKLE_VERSION=3.1.3
+MINATAR_VERSION=1.0.15  # bench/vs_sb3.py minatar
+BOX2D_VERSION=2.3.10    # bench/vs_sb3.py classic (LunarLander), with pygame
+PYGAME_VERSION=2.6.1
 VENV=.venv-sb3
 
 is_py310() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 10) else 1)' >/dev/null 2>&1; }
@@ -37,11 +40,12 @@ find_python() {
 
 # Prints the installed versions; exits non-zero when one differs from the pins.
 check_versions() {
-  "$VENV/bin/python" - "$SB3_VERSION" "$GYMNASIUM_VERSION" "$TORCH_VERSION" "$NUMPY_VERSION" "$CLOUDPICKLE_VERSION" <<'EOF'
+  "$VENV/bin/python" - "$SB3_VERSION" "$GYMNASIUM_VERSION" "$TORCH_VERSION" "$NUMPY_VERSION" \
+    "$CLOUDPICKLE_VERSION" "$MINATAR_VERSION" "$BOX2D_VERSION" "$PYGAME_VERSION" <<'EOF'
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-names = ["stable-baselines3", "gymnasium", "torch", "numpy", "cloudpickle"]
+names = ["stable-baselines3", "gymnasium", "torch", "numpy", "cloudpickle", "minatar", "box2d", "pygame"]
 ok = True
 for name, want in zip(names, sys.argv[1:]):
     try:
@@ -81,6 +85,9 @@ quiet_pip install --quiet \
   "gymnasium==$GYMNASIUM_VERSION" \
   "torch==$TORCH_VERSION" \
   "numpy==$NUMPY_VERSION" \
-  "cloudpickle==$CLOUDPICKLE_VERSION"
+  "cloudpickle==$CLOUDPICKLE_VERSION" \
+  "minatar==$MINATAR_VERSION" \
+  "box2d==$BOX2D_VERSION" \
+  "pygame==$PYGAME_VERSION"
 echo "sb3 peer venv bench/peers/$VENV:"
 check_versions

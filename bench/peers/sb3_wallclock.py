@@ -1,21 +1,26 @@
-"""The peer of bench/minatar.py: Stable-Baselines3 DQN on a MinAtar game with the
-MinAtar authors' DQN settings and network, for a wall-clock budget.
+"""The peer of bench/vs_sb3.py: Stable-Baselines3 DQN on one env for a wall-clock
+budget, with the settings its own community uses there.
 
 Runs inside bench/peers/.venv-sb3 (made by bench/peers/setup_sb3.sh), not apex's venv:
 
-    bench/peers/.venv-sb3/bin/python bench/peers/sb3_minatar.py --game breakout --seed 0 \
-        --budget 600
+    bench/peers/.venv-sb3/bin/python bench/peers/sb3_wallclock.py \
+        --env MinAtar/Breakout-v1 --seed 0 --budget 600
 
-Settings (Young & Tian 2019, "MinAtar", the DQN with experience replay and a target
-network of their examples/dqn.py): one 3x3 conv of 16 filters, a hidden layer of
-128 units; RMSprop (lr 2.5e-4, alpha 0.95, centered, eps 0.01); batch 32; replay
-100k; learning starts at 5,000 frames; one SGD step per frame; target network every
-1,000 steps; epsilon 1.0 -> 0.1 over the first 100k frames; discount 0.99; Huber
-loss. Sticky actions 0.1 and the minimal action sets (-v1 ids), as apex runs them.
+MinAtar/* (Young & Tian 2019, "MinAtar", the DQN with experience replay and a
+target network of their examples/dqn.py): one 3x3 conv of 16 filters, a hidden
+layer of 128 units; RMSprop (lr 2.5e-4, alpha 0.95, centered, eps 0.01); batch
+32; replay 100k; learning starts at 5,000 frames; one SGD step per frame; target
+network every 1,000 steps; epsilon 1.0 -> 0.1 over the first 100k frames;
+discount 0.99; Huber loss. Sticky actions 0.1, the minimal action sets (-v1).
+
+Acrobot-v1, LunarLander-v3: the RL Baselines3 Zoo's tuned DQN hyperparameters
+(hyperparams/dqn.yml; the same for both), epsilon's schedule measured against
+the Zoo's n_timesteps (1e5) however long the budget lets it run.
 
 Every --eval-seconds of wall time (the learning paused), a greedy evaluation of
---eval-episodes episodes (cut at 10,000 steps) on a separate env. Stops when
---budget wall seconds have passed since the process started. Prints one JSON line.
+--eval-episodes episodes (cut at 10,000 steps) on a separate env, and one at the
+budget. Stops when --budget wall seconds have passed since the process started.
+Prints one JSON line.
 """
 
 from spawn_clock import T_SPAWN  # first: the imports below count as start-up
@@ -41,15 +46,8 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor  # noqa:
 torch.set_num_threads(1)  # one core, as one process of SB3 uses it on a small net
 minatar.gym.register_envs()
 
-GAMES = {
-    "asterix": "Asterix",
-    "breakout": "Breakout",
-    "freeway": "Freeway",
-    "seaquest": "Seaquest",
-    "space_invaders": "SpaceInvaders",
-}
-AUTHORS_FRAMES = 5_000_000  # their runs; epsilon's schedule is measured against it
-HYPERPARAMS = {
+AUTHORS_FRAMES = 5_000_000  # MinAtar's runs; epsilon's schedule is measured against it
+MINATAR = {
     "learning_rate": 2.5e-4,
     "batch_size": 32,
     "buffer_size": 100_000,
@@ -62,6 +60,20 @@ HYPERPARAMS = {
     "exploration_final_eps": 0.1,
     "exploration_fraction": 100_000 / AUTHORS_FRAMES,
     "max_grad_norm": 1e9,  # the authors clip nothing
+}
+ZOO_N_TIMESTEPS = 100_000
+# DLR-RM/rl-baselines3-zoo hyperparams/dqn.yml, Acrobot-v1 and LunarLander-v2 alike.
+ZOO = {
+    "learning_rate": 6.3e-4,
+    "batch_size": 128,
+    "buffer_size": 50_000,
+    "learning_starts": 0,
+    "gamma": 0.99,
+    "target_update_interval": 250,
+    "train_freq": 4,
+    "gradient_steps": -1,
+    "exploration_fraction": 0.12,
+    "exploration_final_eps": 0.1,
 }
 MAX_EPISODE_STEPS = 10_000
 
@@ -80,9 +92,40 @@ class MinAtarConv(BaseFeaturesExtractor):
         return torch.relu(self.fc(x.flatten(1)))
 
 
-def make_env(game: str) -> gym.Env:
-    env = gym.make(f"MinAtar/{GAMES[game]}-v1", sticky_action_prob=0.1)
-    return gym.wrappers.TimeLimit(env, MAX_EPISODE_STEPS)
+def make_env(env_id: str) -> gym.Env:
+    if env_id.startswith("MinAtar/"):
+        return gym.wrappers.TimeLimit(gym.make(env_id, sticky_action_prob=0.1), MAX_EPISODE_STEPS)
+    return gym.make(env_id)
+
+
+class ZooScheduleDQN(DQN):
+    """DQN whose schedules run over `horizon` env steps however long learn() runs:
+    epsilon anneals as in one learn(horizon) call and stays at its end after."""
+
+    horizon = AUTHORS_FRAMES
+
+    def _update_current_progress_remaining(self, num_timesteps: int, total: int) -> None:
+        super()._update_current_progress_remaining(num_timesteps, self.horizon)
+
+
+def build(env_id: str, seed: int) -> tuple[DQN, dict]:
+    if env_id.startswith("MinAtar/"):
+        hyper, horizon = dict(MINATAR), AUTHORS_FRAMES
+        policy_kwargs = {
+            "features_extractor_class": MinAtarConv,
+            "net_arch": [],
+            "optimizer_class": torch.optim.RMSprop,
+            "optimizer_kwargs": {"alpha": 0.95, "centered": True, "eps": 0.01},
+            "normalize_images": False,
+        }
+    else:
+        hyper, horizon = dict(ZOO), ZOO_N_TIMESTEPS
+        policy_kwargs = {"net_arch": [256, 256]}
+    ZooScheduleDQN.horizon = horizon
+    model = ZooScheduleDQN(
+        "MlpPolicy", make_env(env_id), seed=seed, verbose=0, policy_kwargs=policy_kwargs, **hyper
+    )
+    return model, hyper
 
 
 def evaluate(model: DQN, env: gym.Env, episodes: int, seed: int) -> float:
@@ -102,10 +145,10 @@ def evaluate(model: DQN, env: gym.Env, episodes: int, seed: int) -> float:
 class WallClock(BaseCallback):
     """Evaluates every `every` wall seconds; stops training at the budget."""
 
-    def __init__(self, budget: float, every: float, episodes: int, seed: int, game: str):
+    def __init__(self, budget: float, every: float, episodes: int, seed: int, env_id: str):
         super().__init__()
         self.budget, self.every, self.episodes, self.seed = budget, every, episodes, seed
-        self.eval_env = make_env(game)
+        self.eval_env = make_env(env_id)
         self.history: list[list[float]] = []  # [env steps, seconds from spawn, eval mean]
         self.eval_seconds = 0.0
         self._next = T_SPAWN + every
@@ -127,37 +170,23 @@ class WallClock(BaseCallback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--game", choices=sorted(GAMES), default="breakout")
+    parser.add_argument("--env", default="MinAtar/Breakout-v1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=float, default=600.0, help="wall seconds from spawn")
     parser.add_argument("--eval-seconds", type=float, default=20.0)
     parser.add_argument("--eval-episodes", type=int, default=5)
     args = parser.parse_args()
 
-    policy_kwargs = {
-        "features_extractor_class": MinAtarConv,
-        "net_arch": [],
-        "optimizer_class": torch.optim.RMSprop,
-        "optimizer_kwargs": {"alpha": 0.95, "centered": True, "eps": 0.01},
-        "normalize_images": False,
-    }
-    model = DQN(
-        "MlpPolicy",
-        make_env(args.game),
-        seed=args.seed,
-        verbose=0,
-        policy_kwargs=policy_kwargs,
-        **HYPERPARAMS,
-    )
-    clock = WallClock(args.budget, args.eval_seconds, args.eval_episodes, args.seed, args.game)
+    model, hyper = build(args.env, args.seed)
+    clock = WallClock(args.budget, args.eval_seconds, args.eval_episodes, args.seed, args.env)
     t_ready = time.time()
-    model.learn(AUTHORS_FRAMES, callback=clock)
+    model.learn(10**9, callback=clock)
     clock._evaluate()  # the final evaluation, at the budget
     print(
         json.dumps(
             {
                 "peer": "sb3-dqn",
-                "game": args.game,
+                "env": args.env,
                 "seed": args.seed,
                 "startup_seconds": t_ready - T_SPAWN,
                 "eval_seconds": clock.eval_seconds,
@@ -167,7 +196,7 @@ def main() -> None:
                 "budget": args.budget,
                 "eval_every_seconds": args.eval_seconds,
                 "eval_episodes": args.eval_episodes,
-                "hyperparams": HYPERPARAMS,
+                "hyperparams": hyper,
                 "versions": {
                     "stable_baselines3": stable_baselines3.__version__,
                     "minatar": getattr(minatar, "__version__", "1.0.15"),
