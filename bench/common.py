@@ -16,6 +16,15 @@ if ROOT not in sys.path:
 
 from apex import git_commit  # noqa: E402
 
+PEERS = os.path.join(ROOT, "bench", "peers")
+# Stable-Baselines3, the peer, in a venv of its own made by bench/peers/setup_sb3.sh
+SB3_PYTHON = os.path.join(ROOT, ".venv-sb3", "bin", "python")
+
+
+def setup_peer() -> None:
+    """Runs bench/peers/setup_sb3.sh (idempotent), its output shown."""
+    subprocess.run(["bash", os.path.join(PEERS, "setup_sb3.sh")], cwd=ROOT, check=True)
+
 
 def run_program(config: str, overrides: list[str], timeout: float) -> dict:
     """Runs `python -m launch.train --config=config` (local_mp) to its end; returns

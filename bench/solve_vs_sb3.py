@@ -4,7 +4,7 @@ r"""Whole-program benchmark: time to solve CartPole-v1, apex vs Stable-Baselines
 
 The peer is what a single-machine user would run instead: Stable-Baselines3 DQN
 with the RL Baselines3 Zoo's CartPole-v1 hyperparameters (bench/peers/sb3_cartpole.py),
-in its own venv, bench/peers/.venv-sb3, which bench/peers/setup_sb3.sh makes (run
+in its own venv, .venv-sb3, which bench/peers/setup_sb3.sh makes (run
 first, idempotent). For each seed, one SB3 run, then one apex run
 (configs/apex_cartpole.py, local_mp, stop when solved); each stops at its first
 evaluation mean >= 475 or at --budget wall seconds.
@@ -30,20 +30,12 @@ import statistics
 import subprocess
 import time
 
-from common import ROOT, fmt, header, run_program, save_results
+from common import PEERS, ROOT, SB3_PYTHON, fmt, header, run_program, save_results, setup_peer
 
-PEERS_DIR = os.path.join(ROOT, "bench", "peers")
-SB3_SETUP = os.path.join(PEERS_DIR, "setup_sb3.sh")
-SB3_PYTHON = os.path.join(PEERS_DIR, ".venv-sb3", "bin", "python")
-SB3_SCRIPT = os.path.join(PEERS_DIR, "sb3_cartpole.py")
+SB3_SCRIPT = os.path.join(PEERS, "sb3_cartpole.py")
 RATIO_GOAL = 0.5
 # How long past the budget a run may take before it is killed (start-up, shutdown).
 GRACE_SECONDS = 180.0
-
-
-def setup_peer() -> None:
-    """Runs bench/peers/setup_sb3.sh (idempotent), its output shown."""
-    subprocess.run(["bash", SB3_SETUP], cwd=ROOT, check=True)
 
 
 def _since(t: float | None, t_spawn: float) -> float | None:

@@ -10,7 +10,7 @@ Suites:
   classic  Acrobot-v1 and LunarLander-v3: configs/apex_cartpole.py with only
            env.id changed against SB3 with the RL Baselines3 Zoo's tuned
            hyperparameters; LunarLander gets twice the budget
-The peer runs in bench/peers/.venv-sb3 (bench/peers/setup_sb3.sh, run first;
+The peer runs in .venv-sb3 (bench/peers/setup_sb3.sh, run first;
 bench/peers/sb3_wallclock.py). For each seed and env, one run of each, one after
 the other (which goes first alternates), each for its budget in wall seconds
 counted from the spawn of its process (imports and start-up included). Both
@@ -35,9 +35,9 @@ import sys
 import time
 
 import numpy as np
-from common import ROOT, header, run_program, save_results
+from common import PEERS, ROOT, SB3_PYTHON, header, run_program, save_results, setup_peer
 
-from tools.experiment_curves import on_grid
+from tools.experiment_curves import on_grid, trial_curve
 from tools.experiment_stats import (
     iqm,
     mean_band,
@@ -45,8 +45,6 @@ from tools.experiment_stats import (
     probability_of_improvement_ci,
 )
 
-PEERS = os.path.join(ROOT, "bench", "peers")
-SB3_PYTHON = os.path.join(PEERS, ".venv-sb3", "bin", "python")
 SUITES = {
     "minatar": {
         "config": "configs/apex_minatar.py",
@@ -73,10 +71,6 @@ GRACE_SECONDS = 180.0  # past the budget before a run is killed (start-up, final
 PROGRESS = os.path.join(ROOT, "bench", "results", ".vs_sb3-{}-progress.json")
 
 
-def setup_peer() -> None:
-    subprocess.run(["bash", os.path.join(PEERS, "setup_sb3.sh")], cwd=ROOT, check=True)
-
-
 def run_apex(suite: dict, env: str, seed: int, budget: float, every: float, episodes: int) -> dict:
     overrides = [
         f"--config.env.id={suite['envs'][env]}",
@@ -90,13 +84,8 @@ def run_apex(suite: dict, env: str, seed: int, budget: float, every: float, epis
     ]
     t_spawn = time.time()
     s = run_program(suite["config"], overrides, timeout=budget + GRACE_SECONDS)
-    curve = []
-    with open(os.path.join(s["run_dir"], "metrics", "evaluator.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("evaluator/return_mean") is not None and r["time"] - t_spawn <= budget:
-                at = [r["evaluator/env_steps"], r["time"] - t_spawn, r["evaluator/return_mean"]]
-                curve.append(at)
+    c = trial_curve(s["run_dir"], [], t_spawn)  # every evaluation, seconds from the spawn
+    curve = [list(p) for p in zip(c["env_steps"], c["wall_seconds"], c["return"]) if p[1] <= budget]
     return {
         "system": "apex",
         "env": env,

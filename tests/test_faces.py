@@ -63,7 +63,7 @@ def test_launch_tools_and_bench_import_apex_only_through_its_faces():
         p
         for d in CALLERS
         for p in Path(ROOT, d).rglob("*.py")
-        # not a virtual environment in there (bench/peers/.venv-sb3: SB3's own)
+        # not a virtual environment in there (a venv of a peer, say)
         if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
     )
     assert len(files) > 30, files  # the scan saw the callers

@@ -1,9 +1,9 @@
 """The peer of bench/solve_vs_sb3.py: Stable-Baselines3 DQN on CartPole-v1 with the
 RL Baselines3 Zoo's hyperparameters, trained until a greedy evaluation solves it.
 
-Runs inside bench/peers/.venv-sb3 (made by bench/peers/setup_sb3.sh), not apex's venv:
+Runs inside .venv-sb3 (made by bench/peers/setup_sb3.sh), not apex's venv:
 
-    bench/peers/.venv-sb3/bin/python bench/peers/sb3_cartpole.py --seed 0 [--budget 300]
+    .venv-sb3/bin/python bench/peers/sb3_cartpole.py --seed 0 [--budget 300]
 
 Learns in chunks of --eval-every env steps; after each chunk, a greedy
 (deterministic) evaluation of --eval-episodes episodes on a separate CartPole-v1

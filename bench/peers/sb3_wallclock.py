@@ -1,9 +1,9 @@
 """The peer of bench/vs_sb3.py: Stable-Baselines3 DQN on one env for a wall-clock
 budget, with the settings its own community uses there.
 
-Runs inside bench/peers/.venv-sb3 (made by bench/peers/setup_sb3.sh), not apex's venv:
+Runs inside .venv-sb3 (made by bench/peers/setup_sb3.sh), not apex's venv:
 
-    bench/peers/.venv-sb3/bin/python bench/peers/sb3_wallclock.py \
+    .venv-sb3/bin/python bench/peers/sb3_wallclock.py \
         --env MinAtar/Breakout-v1 --seed 0 --budget 600
 
 MinAtar/* (Young & Tian 2019, "MinAtar", the DQN with experience replay and a

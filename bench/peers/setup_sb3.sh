@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates bench/peers/.venv-sb3: the peer of bench/solve_vs_sb3.py, Stable-Baselines3
+# Creates .venv-sb3 (at the repository root, beside .venv): the peer of bench/solve_vs_sb3.py, Stable-Baselines3
 # DQN, in a virtual environment of its own (it is not a dependency of apex).
 # Idempotent: does nothing but print the versions when they are already installed.
 #
@@ -21,7 +21,7 @@ CLOUDPICKLE_VERSION=3.1.3
 MINATAR_VERSION=1.0.15  # bench/vs_sb3.py minatar
 BOX2D_VERSION=2.3.10    # bench/vs_sb3.py classic (LunarLander), with pygame
 PYGAME_VERSION=2.6.1
-VENV=.venv-sb3
+VENV=../../.venv-sb3
 
 is_py310() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 10) else 1)' >/dev/null 2>&1; }
 
@@ -66,13 +66,13 @@ quiet_pip() {
 }
 
 if [ -x "$VENV/bin/python" ] && is_py310 "$VENV/bin/python" && check_versions >/dev/null 2>&1; then
-  echo "sb3 peer venv bench/peers/$VENV is up to date:"
+  echo "sb3 peer venv .venv-sb3 is up to date:"
   check_versions
   exit 0
 fi
 
 PY=$(find_python) || { echo "setup_sb3.sh: no Python 3.10 found" >&2; exit 1; }
-echo "creating bench/peers/$VENV with $PY"
+echo "creating .venv-sb3 with $PY"
 if ! { [ -x "$VENV/bin/python" ] && is_py310 "$VENV/bin/python"; }; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
@@ -89,5 +89,5 @@ quiet_pip install --quiet \
   "minatar==$MINATAR_VERSION" \
   "box2d==$BOX2D_VERSION" \
   "pygame==$PYGAME_VERSION"
-echo "sb3 peer venv bench/peers/$VENV:"
+echo "sb3 peer venv .venv-sb3:"
 check_versions
