@@ -16,8 +16,17 @@ def wandb_offline(run_dir: str) -> list[dict[str, Any]]:
     from wandb.proto import wandb_internal_pb2 as pb
     from wandb.sdk.internal import datastore
 
+    def started(path: str) -> tuple[str, int]:
+        # offline-run-<time>-<id>[-<n>]: W&B adds -<n> when a later life
+        # starts within the same second, and "-" sorts before "/"
+        folder = os.path.basename(os.path.dirname(path))
+        stamp, _, rest = folder[len("offline-run-") :].partition("-")
+        later = rest.rpartition("-")[2] if "-" in rest else "0"
+        return stamp, int(later) if later.isdigit() else 0
+
     lives = []
-    for path in sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))):
+    found = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    for path in sorted(found, key=started):
         store = datastore.DataStore()
         store.open_for_scan(path)
         life: dict[str, Any] = {"history": [], "summary": {}, "config": {}}
