@@ -1,4 +1,5 @@
-"""The evaluator: greedy episodes on the latest parameters.
+"""The evaluator: greedy episodes on the latest parameters (the online
+weights, or their average with evaluation.weights='average').
 
 Failures: a call to another node (the learner's get_variables, the
 coordinator's counts and reports) that fails is `Unreachable` and is retried
@@ -153,7 +154,9 @@ class Evaluator:
         ec = self._config.evaluation
         if self._heartbeat is not None:
             self._heartbeat.enter(hb.EVALUATING)
-        version, weights, _ = _call("learner.get_variables", self._source.get_variables)
+        # The average is asked for by name; online weights as any variable source serves them.
+        which = () if ec.weights == "online" else (ec.weights,)
+        version, weights, _ = _call("learner.get_variables", self._source.get_variables, *which)
         env_steps = self._env_steps()
         t0 = time.time()
         self._policy.set_weights([np.asarray(w) for w in weights])

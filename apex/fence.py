@@ -1,5 +1,5 @@
 """Actors lost to a partition, and the fence that keeps two copies of one actor
-from inserting at once (issue 31).
+from inserting at once.
 
 Reverb's server takes an insert from anyone who reaches it, so the fence is a
 lease the actor holds from the coordinator, measured on each side's own

@@ -11,13 +11,15 @@ writes while the disk stays full, and says so again when one succeeds:
 
 `FULL_DISK` is this process's record; its `episodes` (what, since, until,
 dropped, error) go into summary.json's `disk_full` (the coordinator's
-process) and a checkpoint that could not be written is abandoned
+process, after those of the run's earlier lives: `episodes_before`) and a checkpoint that could not be written is abandoned
 (apex.run_checkpointer.RunCheckpointer), never at the cost of the last complete one.
 """
 
 from __future__ import annotations
 
 import errno
+import json
+import os
 import sys
 import threading
 import time
@@ -117,6 +119,18 @@ class FullDisk:
         """A copy of the episodes, oldest first (summary.json's `disk_full`)."""
         with self._lock:
             return [dict(e) for e in self.episodes]
+
+
+def episodes_before(run_dir: str) -> list[dict[str, Any]]:
+    """The disk-full episodes of the run's earlier lives (a program restart or a
+    resume), as its last summary.json holds them; [] for a new run, or when
+    that file cannot be read."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            episodes = json.load(f).get("disk_full")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [dict(e) for e in episodes if isinstance(e, dict)] if isinstance(episodes, list) else []
 
 
 FULL_DISK = FullDisk()

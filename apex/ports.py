@@ -38,7 +38,7 @@ def wait_until_listening(
     A gRPC channel whose first connection is refused waits out gRPC's reconnect
     back-off (1 s at first, not settable from Python) before it tries again: an
     actor that asked the learner for its first parameters while the learner was
-    still building its networks waited ~1 s longer than needed (issue 27). Its
+    still building its networks waited ~1 s longer than needed. Its
     first call is made once the port listens instead.
     """
     host, _, port = address.rpartition(":")

@@ -50,7 +50,7 @@ POLICY_FILE = "policy.json"
 WEIGHTS_FILE = "weights.npz"
 FORMAT = "apex-policy"
 FORMAT_VERSION = 1
-WHICH = ("best", "latest")
+WHICH = ("best", "latest", "average")
 
 
 class PolicyError(ApexError):
@@ -271,9 +271,12 @@ def export(source: str, out: str, which: str = "best", overwrite: bool = False) 
     or a run checkpoint) to the folder `out`; returns policy.json's content.
 
     which='best': the best evaluated parameters the checkpoint keeps (PolicyError
-    when it has none); 'latest': the online weights at the checkpoint (version:
-    the learner steps then; eval return: the run's last evaluation of that
-    version, None if it has none).
+    when it has none): online weights or their average, as the run's
+    evaluation.weights evaluated; 'latest': the online weights at the
+    checkpoint (version: the learner steps then; eval return: the run's last
+    evaluation of that version, None if it has none); 'average': the average
+    of the online weights at the checkpoint (runs with
+    evaluation.weights='average'). policy.json's `parameters` says which.
     """
     from apex import checkpointing
 
@@ -287,6 +290,7 @@ def export(source: str, out: str, which: str = "best", overwrite: bool = False) 
     config = _run_config(run_dir, ckpt.manifest)
     learner = ckpt.learner
     rows = evaluation_rows(run_dir)
+    evaluated = config_from_dict(config).evaluation  # which weights the run evaluated
     if which == "best":
         if "best_version" not in learner:
             raise PolicyError(
@@ -297,10 +301,24 @@ def export(source: str, out: str, which: str = "best", overwrite: bool = False) 
         eval_return: float | None = float(learner["best_return_mean"])
         prefix = "best/"
         evaluation = _evaluation(rows, config, version, eval_return)
+        parameters = f"the best evaluated: {evaluated.describe_weights()}"
     else:
+        if which == "average" and "average/0" not in learner:
+            raise PolicyError(
+                f"{path} keeps no average of the online weights (the run evaluated "
+                f"evaluation.weights={evaluated.weights!r}): export --which=latest "
+                "for its online weights"
+            )
         version = int(learner.get("steps", ckpt.step))
-        prefix = "online/"
-        evaluation = _evaluation(rows, config, version)
+        prefix = "average/" if which == "average" else "online/"
+        parameters = f"at the checkpoint: {'average' if which == 'average' else 'online'}"
+        if which == "average":
+            parameters += f" of the online weights (decay {evaluated.average_decay:g})"
+        else:
+            parameters += " weights (the learner's latest)"
+        # The run's evaluations are of this kind of weights only when it evaluated them.
+        same = evaluated.weights == ("average" if which == "average" else "online")
+        evaluation = _evaluation(rows, config, version) if same else None
         eval_return = None if evaluation is None else evaluation["return_mean"]
     count = sum(1 for k in learner if k.startswith(prefix))
     weights = [learner[f"{prefix}{i}"] for i in range(count)]
@@ -321,6 +339,7 @@ def export(source: str, out: str, which: str = "best", overwrite: bool = False) 
         "checkpoint": path,
         "checkpoint_step": ckpt.step,
         "which": which,
+        "parameters": parameters,
     }
     return write_policy(
         out,

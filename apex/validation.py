@@ -13,6 +13,7 @@ from typing import Any
 from apex.agents import get_builder
 from apex.config.schema import (
     CONV_CHANNELS,
+    EVALUATION_WEIGHTS,
     INFERENCE_MODES,
     INSERT_PRIORITIES,
     PREPROCESSING,
@@ -106,6 +107,7 @@ _RULES: tuple[tuple[str, str, bool], ...] = (
     ("evaluation.epsilon", "num in [0,1]", False),
     ("evaluation.period_seconds", "num>0", False),
     ("evaluation.max_episode_steps", "int>=1", True),
+    ("evaluation.average_decay", "num in (0,1)", False),
     ("stop.max_actor_steps", "int>=1", True),
     ("stop.max_learner_steps", "int>=1", True),
     ("stop.max_wall_seconds", "num>0", True),
@@ -130,6 +132,7 @@ _KINDS: dict[str, tuple[Any, str]] = {
     "num>0": (lambda v: _is_num(v) and v > 0, "a number > 0"),
     "num>=0": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
     "num in [0,1]": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "num in (0,1)": (lambda v: _is_num(v) and 0 < v < 1, "a number in (0, 1), e.g. 0.999"),
     "num": (_is_num, "a number"),
 }
 
@@ -210,6 +213,13 @@ def _check_inference(c: ApexConfig) -> None:
         "True or False",
     )
     _check(
+        c.evaluation.weights == "online" or not c.model_store.enabled,
+        "evaluation.weights",
+        c.evaluation.weights,
+        "'online' with model_store.enabled=True (the store serves and keeps the "
+        "online weights); 'average' needs model_store.enabled=False",
+    )
+    _check(
         c.actor.inference in INFERENCE_MODES,
         "actor.inference",
         c.actor.inference,
@@ -252,6 +262,7 @@ def validate(config: ApexConfig) -> None:
         ("env.preprocessing", PREPROCESSING),
         ("env.vectorization", VECTORIZATION),
         ("learner.torso", TORSOS),
+        ("evaluation.weights", EVALUATION_WEIGHTS),
     ):
         _check(_get(c, path) in choices, path, _get(c, path), f"one of {list(choices)}")
     for path, kind, optional in _RULES:

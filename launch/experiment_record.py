@@ -213,14 +213,19 @@ def counts(record: dict[str, Any]) -> dict[str, int]:
 def to_run(record: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
     """The trials a run of the experiment starts, in order: those stopped or left
     running by an earlier run first (they resume), then pending ones, then failed
-    ones when `retry_failed`. Finished trials are never rerun."""
+    ones when `retry_failed`; within each, seed by seed, each seed's settings in
+    the grid's order (settings compared on a shared machine alternate, so slow
+    spells fall on all of them). Finished trials are never rerun."""
     order = {STOPPED: 0, RUNNING: 0, PENDING: 1, FAILED: 2}
+    seeds = {seed: i for i, seed in enumerate(dict.fromkeys(t["seed"] for t in record["trials"]))}
     chosen = [
         t
         for t in record["trials"]
         if t["state"] in (STOPPED, RUNNING, PENDING) or (retry_failed and t["state"] == FAILED)
     ]
-    return sorted(chosen, key=lambda t: order[t["state"]])
+    return sorted(
+        chosen, key=lambda t: (order[t["state"]], seeds[t["seed"]], t.get("setting_index", 0))
+    )
 
 
 def failure_cause(returncode: int, output: str, summary: dict | None) -> str:

@@ -11,7 +11,7 @@ gRPC channels to other hosts, TensorFlow's runtime) in no defined order. On a
 cluster that finalization sometimes never ended: the learner's process had
 finished (final checkpoint written, every Python thread gone) and sat in it
 until the launcher's SIGKILL 33 s later (`[learner/0] Timeout (0:00:26)!`,
-`<no Python frame>`; issue 31). A local_mp node never finalizes: launch.zygote
+`<no Python frame>`). A local_mp node never finalizes: launch.zygote
 joins its non-daemon threads, runs its atexit functions and calls os._exit.
 This does the same on Ray, so a node's exit is the same under both launchers.
 """

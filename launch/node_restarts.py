@@ -1,4 +1,4 @@
-"""Actor processes that die are started again (issue 29).
+"""Actor processes that die are started again.
 
 An actor whose envs raise is restarted inside its process (launch.nodes.actor);
 this module is for an actor PROCESS that dies: SIGKILL, the OOM killer, a crash

@@ -136,7 +136,8 @@ class RayLauncher:
         if lease:
             env[fence.LEASE_ENV] = f"{lease:g}"  # actors hold leases; lost ones are replaced
         self._nodes = NodeStarter(self._ray, config, session, env, tty, keep_all)
-        self._stopping = Stopping(self._ray, self._slots, self._say, self._stop.wait)
+        # time.sleep, not the stop event: that is set by now and would not wait
+        self._stopping = Stopping(self._ray, self._slots, self._say, time.sleep)
         self._coordinator = CoordinatorLink(lease)
         self._next_lost_check = 0.0
 

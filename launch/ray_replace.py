@@ -1,5 +1,5 @@
 """What the Ray launcher asks the coordinator about lost actors and replay
-shards, and where it starts one again (issue 31; apex.fence has the lease and
+shards, and where it starts one again (apex.fence has the lease and
 why it fences).
 
 An actor is started again elsewhere when Ray reports its NodeHost dead, when

@@ -114,6 +114,9 @@ LOAD_CASES = [
     (C, [("inference.max_batch", "8")], "inference.max_batch", "8", "at least actor.envs_per_actor (16): one actor's request of 16 observations is never split", "inference_batch_below_a_request"),
     (C, [("inference.max_wait_ms", "5000")], "inference.max_wait_ms", "5000.0", "a number of milliseconds in [0, 1000]", "inference_wait_too_long"),
     (C, [("model_store.keep_last", "0")], "model_store.keep_last", "0", "an integer >= 1", "model_store_keep_zero"),
+    (C, [("evaluation.weights", "ema")], "evaluation.weights", "'ema'", "one of ['online', 'average']", "evaluation_weights_unknown"),
+    (C, [("evaluation.weights", "average"), ("evaluation.average_decay", "1.0")], "evaluation.average_decay", "1.0", "a number in (0, 1), e.g. 0.999", "average_decay_one"),
+    (C, [("evaluation.weights", "average"), ("model_store.enabled", "true")], "evaluation.weights", "'average'", "'online' with model_store.enabled=True (the store serves and keeps the online weights); 'average' needs model_store.enabled=False", "average_with_model_store"),
     # rate-limit planner
     (C, [("stop.max_actor_steps", "500")], "replay.min_size", "1000", "at most the 500 items that stop.max_actor_steps=500 env steps can insert", "planner_min_size_unreachable"),
     (R2D2, [("stop.max_actor_steps", "1000")], "replay.min_size", "200", "at most the 100 items that stop.max_actor_steps=1,000 env steps can insert", "planner_r2d2_min_size_unreachable"),

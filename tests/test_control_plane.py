@@ -293,3 +293,22 @@ def test_the_start_lines_say_each_start_event_once_in_order_before_progress(smal
     assert lines.index(starts[0]) == 0  # before the first progress line
     for line in lines:
         assert re.match(r"\[apex +[0-9.]+s\] ", line), line
+
+
+def test_the_summary_keeps_the_disk_full_episodes_of_the_run_s_earlier_lives(
+    small_config, tmp_path
+):
+    """A program started again (or resumed) in the same run directory lists the
+    episodes its earlier lives wrote into summary.json before its own."""
+    earlier = {"what": "checkpoints", "since": 10.0, "until": 40.0, "dropped": 2, "error": "x"}
+    (tmp_path / "summary.json").write_text(json.dumps({"disk_full": [earlier]}))
+    c = Coordinator(small_config, str(tmp_path), start_time=time.time())
+    c.checkpoint_abandoned(7, "OSError: [Errno 28] No space left on device", False)
+    from apex.full_disk import FULL_DISK  # this process's (other tests may have filled it)
+
+    episodes = c.summary()["disk_full"]
+    assert episodes[0] == earlier and episodes[1:-1] == FULL_DISK.figures()
+    assert episodes[-1]["what"] == "checkpoints" and "until" not in episodes[-1]
+    assert "No space left on device" in episodes[-1]["error"]
+    fresh = Coordinator(small_config, str(tmp_path / "new"), time.time())
+    assert fresh.summary()["disk_full"] == FULL_DISK.figures()  # a new run has no earlier life

@@ -269,7 +269,8 @@ def test_a_stop_forwards_the_signal_records_stopped_and_a_rerun_resumes(tmp_path
     code, record = world.run(tmp_path, _record(), parallel=2)
     assert code == 130
     states = [t["state"] for t in record["trials"]]
-    assert states == ["stopped", "stopped", "pending", "pending"]
+    # Seed by seed: both settings of seed 0 ran first (trials are listed settings slowest).
+    assert states == ["stopped", "pending", "stopped", "pending"]
     assert record["trials"][0]["cause"] == "stopped by SIGINT"
     # The rerun resumes the stopped ones first (from their checkpoints), then the rest.
     world.started.clear()
@@ -278,7 +279,7 @@ def test_a_stop_forwards_the_signal_records_stopped_and_a_rerun_resumes(tmp_path
     assert code == 0
     assert [t["state"] for t in record["trials"]] == ["finished"] * 4
     first = dict(world.started[:2])
-    assert set(first) == {"learner.batch_size=64/seed-0", "learner.batch_size=64/seed-1"}
+    assert set(first) == {"learner.batch_size=64/seed-0", "learner.batch_size=128/seed-0"}
     assert all(argv[-1] == "--resume" for argv in first.values())
     assert record["trials"][0]["attempts"][1]["resume"] is True
 
@@ -291,6 +292,16 @@ def test_a_trial_that_dies_of_the_forwarded_stop_is_stopped_not_failed(tmp_path)
     assert code == 130
     first = record["trials"][0]
     assert first["state"] == "stopped" and first["cause"] == "stopped by SIGINT (exit -2)"
+
+
+def test_pending_trials_alternate_settings_seed_by_seed():
+    record = _record(seeds=(3, 1))
+    assert [t["id"] for t in rec.to_run(record, False)] == [
+        "learner.batch_size=64/seed-3",
+        "learner.batch_size=128/seed-3",
+        "learner.batch_size=64/seed-1",
+        "learner.batch_size=128/seed-1",
+    ]
 
 
 def test_the_rerun_of_a_killed_experiment_resumes_its_running_trials(tmp_path):

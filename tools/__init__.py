@@ -23,7 +23,7 @@ def run_tool(main: Callable[[list[str]], int]) -> None:
     Ctrl-C ends the process with os._exit once stdout and stderr are flushed:
     nothing of the tool is left to write, and the interpreter's finalization
     (TensorFlow's and gRPC's threads and atexit handlers, the Reverb clients'
-    channels torn down) is not a place a user's Ctrl-C may wait on (issue 29:
+    channels torn down) is not a place a user's Ctrl-C may wait on (once
     `tools.replay watch` did not exit within 60 s of a SIGINT under load)."""
     import signal
 

@@ -1,5 +1,5 @@
 r"""An experiment's results: `python -m tools.experiment report DIR [--json]
-[--compare=I,J] [--reps=2000] [--no-plot]`, `python -m tools.experiment status DIR`.
+[--compare=I,J] [--reps=2000] [--noplot]`, `python -m tools.experiment status DIR`.
 
 DIR is a folder `python -m launch.experiment` wrote. `report` reads every
 finished trial's summary.json and prints, per setting (the grid's values that

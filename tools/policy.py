@@ -1,12 +1,14 @@
 r"""Trained policies: `python -m tools.policy COMMAND PATH [options]`.
 
 COMMAND
-  export RUN_DIR --out=DIR [--which=best|latest] [--force]
+  export RUN_DIR --out=DIR [--which=best|latest|average] [--force]
                the policy of the run's newest complete checkpoint (RUN_DIR may
                also be one checkpoint, RUN_DIR/checkpoints/ckpt-N) as a
                self-contained folder: weights.npz and policy.json
                (apex.trained_policy). --which=best (default): the best evaluated
-               parameters the checkpoint keeps; latest: its online weights.
+               parameters the checkpoint keeps; latest: its online weights;
+               average: their average (runs with evaluation.weights='average').
+               policy.json's source.parameters says which.
   play DIR [--episodes=N] [--seed=S] [--video=FILE.mp4 | --gif=FILE.gif]
                N greedy episodes (default 10) of an exported policy in the env
                as apex's evaluator makes it, with its episode cap and seeding
@@ -42,7 +44,7 @@ from typing import Any  # noqa: E402
 
 COMMANDS = ("export", "play")
 USAGE = (
-    "usage: python -m tools.policy export RUN_DIR --out=DIR [--which=best|latest] [--force]\n"
+    "usage: python -m tools.policy export RUN_DIR --out=DIR [--which=best|latest|average] [--force]\n"
     "       python -m tools.policy play DIR [--episodes=N] [--seed=S] "
     "[--video=FILE.mp4 | --gif=FILE.gif]"
 )
@@ -71,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     e = sub.add_parser("export", help="export a run's policy to a folder")
     e.add_argument("run_dir")
-    e.add_argument("--which", choices=("best", "latest"), default="best")
+    e.add_argument("--which", choices=("best", "latest", "average"), default="best")
     e.add_argument("--out", required=True)
     e.add_argument("--force", action="store_true", help="replace a policy folder at --out")
     pl = sub.add_parser("play", help="greedy episodes of an exported policy")

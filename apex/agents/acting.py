@@ -155,7 +155,7 @@ class Actor(abc.ABC):
     def epsilons(self) -> np.ndarray:
         return self._epsilons
 
-    # Frames stored once (issue 16): decided on the first step; the stream
+    # Frames stored once: decided on the first step; the stream
     # positions of self._obs while it is on.
     _frames_on: bool | None = None
     _positions: np.ndarray | None = None
@@ -270,7 +270,7 @@ class Actor(abc.ABC):
         for key, value in self.link.items():  # reconnects after partitions (launch.nodes.actor)
             row[f"actor/{key}"] = value
         frames = self._writer.frames_written
-        if frames:  # frames stored once (issue 16): what each costs before Reverb's Snappy
+        if frames:  # frames stored once: what each costs before Reverb's Snappy
             row["actor/frames_stored"] = frames
             stored = self._writer.frame_bytes
             if stored:

@@ -23,6 +23,7 @@ VECTORIZATION = (
 TORSOS = ("mlp", "conv")
 CONV_CHANNELS = ("auto", "first", "last")
 INFERENCE_MODES = ("local", "central")
+EVALUATION_WEIGHTS = ("online", "average")
 # Conv presets (filters, kernel, stride) per layer, VALID padding.
 CONV_PRESETS: dict[str, tuple[tuple[int, int, int], ...]] = {
     # Nature DQN (Mnih et al. 2015), for 84x84 Atari frames.
@@ -319,6 +320,21 @@ class EvaluationConfig:
     max_episode_steps: int | None = None
     """Steps after which an evaluation episode is cut (None: the env's own time
     limit, or 27,000 steps for an env that has none: 108,000 Atari frames)."""
+    weights: str = "online"
+    """The parameters evaluated (and kept as the best): 'online', the learner's
+    latest, or 'average', an exponential moving average of them updated after
+    every SGD step (evaluation.average_decay). Actors always act with the
+    online weights; the average is in every checkpoint and `apex policy
+    export --which=average` takes it."""
+    average_decay: float = 0.999
+    """With evaluation.weights='average': the average's decay per SGD step
+    (0.999: a horizon of about 1,000 SGD steps)."""
+
+    def describe_weights(self) -> str:
+        """The evaluated parameters in words (summary.json, policy.json)."""
+        if self.weights == "average":
+            return f"average of the online weights (decay {self.average_decay:g} per SGD step)"
+        return "online weights (the learner's latest)"
 
 
 @dataclasses.dataclass

@@ -25,7 +25,7 @@ from apex.coordination.restarts import ActorRestarts
 from apex.coordination.startup import StartLines
 from apex.doctor import Finding
 from apex.fence import Leases
-from apex.full_disk import FULL_DISK, FullDisk
+from apex.full_disk import FULL_DISK, FullDisk, episodes_before
 from apex.heartbeat import HOST, HeartbeatStore, pid_alive
 from apex.metrics import MetricsWriter
 from apex.replay.shards import shard_index
@@ -118,12 +118,12 @@ class Coordinator:
         self.actors_lost = 0
         self.moves = ShardMoves(int(config.replay.num_shards))  # shards lost and moved
         self.actor_restarts = ActorRestarts(restart_grace)
-        # Checkpoints the learner could not write (a full disk): their episodes
-        # (the learner's own lines said so).
+        # Disk-full episodes: checkpoints the learner could not write (its own lines
+        # said so), and those of the run's earlier lives (summary.json's).
         self.checkpoints_full = FullDisk(quiet=True)
-        # Whole-program restarts before this life (launch.program_restarts).
-        self.program_restarts = len(read_program_restarts(run_dir)) if run_dir else 0
-        self.partitions = Partitions(HOST)  # actors cut off by the network (HELPER-31)
+        self.disk_full_before = episodes_before(run_dir) if run_dir else []
+        self.program_restarts = len(read_program_restarts(run_dir)) if run_dir else 0  # before
+        self.partitions = Partitions(HOST)  # actors cut off by the network
         self._node_metrics: dict[str, MetricsWriter] = {}
         self.replay.write_addresses(run_dir)
 
@@ -372,7 +372,8 @@ class Coordinator:
         )
         s["actor_restarts"] = ActorRestarts.total(self.heartbeats.beats())
         s["program_restarts"] = self.program_restarts
-        s["disk_full"] = FULL_DISK.figures() + self.checkpoints_full.figures()
+        full = FULL_DISK.figures() + self.checkpoints_full.figures()
+        s["disk_full"] = self.disk_full_before + full
         s["network"] = self.partitions.costs(self.heartbeats.beats())
         s["network"].update(self._fence_figures())
         s["network"].update(self.moves.figures())

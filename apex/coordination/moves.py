@@ -1,4 +1,4 @@
-"""Replay shards lost to a partition and started again on another host (issue 31):
+"""Replay shards lost to a partition and started again on another host:
 what the coordinator tells the nodes that talk to a moved shard, and what the
 moves cost.
 

@@ -1,4 +1,4 @@
-"""Actors and replay shards cut off by the network (issue 31): what the
+"""Actors and replay shards cut off by the network: what the
 coordinator shows while an actor or a shard on another host (another hostname
 than the coordinator's) is silent, and what an actor's partitions cost once it
 is back.

@@ -1,4 +1,4 @@
-"""Actor processes that die and come back (issue 29): what the coordinator makes
+"""Actor processes that die and come back: what the coordinator makes
 of a dead actor when someone restarts actor processes (local_mp's node
 wrappers, the Ray launcher; launch.node_restarts).
 

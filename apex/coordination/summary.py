@@ -72,6 +72,7 @@ def summary(
             "best_eval_at_env_steps": None if best is None else best[2],
             "best_eval_version": None if best is None else best[3],
             "target_return": config.evaluation.target_return,
+            "evaluated_weights": config.evaluation.describe_weights(),
             "solved_at_wall_seconds": None if solved is None else solved[0],
             "solved_at_env_steps": None if solved is None else solved[1],
             "stop_reason": None if verdict is None else verdict.message,

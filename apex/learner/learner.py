@@ -19,6 +19,7 @@ from apex import heartbeat as hb
 from apex.agents import get_builder
 from apex.agents.builder import AgentBuilder
 from apex.config import ApexConfig
+from apex.learner.averaging import WeightAverage
 from apex.learner.metrics import SampleStats, learner_row
 from apex.learner.priority_updates import PriorityFeedback
 from apex.learner.sampling import LearnerBatches
@@ -108,14 +109,24 @@ class Learner(acme_core.Saveable):
         self._metrics = metrics
         self.steps = 0
         self.first_step_time: float | None = None
-        self._weights_cache: tuple[int, list[np.ndarray]] = (0, self._online.get_weights())
+        # evaluation.weights='average': the average the evaluator plays.
+        self.average: WeightAverage | None = None
+        if config.evaluation.weights == "average":
+            self.average = WeightAverage(self._online.weights, config.evaluation.average_decay)
+        # The weights get_variables serves, by kind ('online', 'average'), as
+        # copied by the SGD thread between two steps when asked (`_wanted`).
+        self._caches: dict[str, tuple[int, list[np.ndarray]]] = {
+            "online": (0, self._online.get_weights())
+        }
+        if self.average is not None:
+            self._caches["average"] = (0, self.average.get_weights())
         # The best evaluated parameters: (return mean, version, weights), kept
         # next to the latest in every checkpoint (the evaluator offers them).
         # With a model store (model_store.enabled) the store keeps them, and
         # `best_source` (set by the node) gives its record for checkpoints.
         self._best = BestKeeper()
         self.best_source: Callable[[], dict[str, np.ndarray]] | None = None
-        self._weights_wanted = False
+        self._wanted: set[str] = set()
         self._weights_cv = threading.Condition()
         self._training = False
         self._last: dict[str, float] = {}
@@ -162,10 +173,13 @@ class Learner(acme_core.Saveable):
             self._first_step_done.set()
         if k == 1 and self.steps % self._config.learner.target_update_period == 0:
             self._sgd.update_target()
-        if self._weights_wanted:
+        if self.average is not None:
+            self.average.update(k)
+        if self._wanted:
             with self._weights_cv:
-                self._weights_cache = (self.steps, self._online.get_weights())
-                self._weights_wanted = False
+                for which in self._wanted:
+                    self._caches[which] = (self.steps, self._read(which))
+                self._wanted.clear()
                 self._weights_cv.notify_all()
         keys = out["keys"].numpy()
         prios = out["priorities"].numpy()
@@ -319,24 +333,39 @@ class Learner(acme_core.Saveable):
             self.run_counters = counters
 
     # ------------------------------------------------------------ variables
-    def get_variables(self) -> tuple[int, list[np.ndarray], dict[str, float]]:
+    def get_variables(
+        self, which: str = "online"
+    ) -> tuple[int, list[np.ndarray], dict[str, float]]:
         """(version, weights, info): version = SGD steps done; info has max_priority.
 
-        While the SGD thread runs, the weights are copied by that thread right
-        after its next step (never half-applied); if no step completes within
-        0.5 s (the learner waits for data) they are read directly.
+        `which`: 'online' (what actors act with) or 'average' (with
+        evaluation.weights='average': the average of the online weights as of
+        that step; ValueError otherwise). While the SGD thread runs, the weights
+        are copied by that thread right after its next step (never
+        half-applied); if no step completes within 0.5 s (the learner waits for
+        data) they are read directly.
         """
+        if which not in self._caches:
+            raise ValueError(
+                f"get_variables({which!r}): this learner serves {sorted(self._caches)} "
+                "(an average needs evaluation.weights='average')"
+            )
         info = {"max_priority": self._priorities.max_priority}
         if self._training:
             target = self.steps
             with self._weights_cv:
-                self._weights_wanted = True
-                if self._weights_cv.wait_for(lambda: self._weights_cache[0] >= target, timeout=0.5):
-                    version, weights = self._weights_cache
+                self._wanted.add(which)
+                if self._weights_cv.wait_for(lambda: self._caches[which][0] >= target, timeout=0.5):
+                    version, weights = self._caches[which]
                     return version, weights, info
-        version, weights = self.steps, self._online.get_weights()
-        self._weights_cache = (version, weights)
+        version, weights = self.steps, self._read(which)
+        self._caches[which] = (version, weights)
         return version, weights, info
+
+    def _read(self, which: str) -> list[np.ndarray]:
+        if which == "average" and self.average is not None:
+            return self.average.get_weights()
+        return self._online.get_weights()
 
     def offer_best(self, return_mean: float, version: int, weights: list[np.ndarray]) -> bool:
         """The evaluator's result for the parameters of `version`: kept as the best
@@ -361,6 +390,8 @@ class Learner(acme_core.Saveable):
         the max priority; and the best params (the model store's record, with
         its newest version, when it keeps them)."""
         state = sgd_state(self._sgd, self.steps, self._priorities.max_priority)
+        if self.average is not None:
+            state.update(self.average.get_state())
         state.update(self.best_source() if self.best_source is not None else self._best.get_state())
         return state
 
@@ -375,7 +406,9 @@ class Learner(acme_core.Saveable):
     def set_state(self, state: dict[str, np.ndarray]) -> None:
         """Restores `get_state()`'s output; ValueError names a missing or misshapen array."""
         self.steps, self._priorities.max_priority = restore_sgd_state(self._sgd, state)
-        self._weights_cache = (self.steps, self._online.get_weights())
+        if self.average is not None:
+            self.average.set_state(state)
+        self._caches = {which: (self.steps, self._read(which)) for which in self._caches}
         self._best.set_state(state, count=len(self._online.weights))
 
     def checkpoint_now(self, reason: str = "requested", timeout: float = 120.0) -> str:

@@ -24,7 +24,7 @@ from apex.specs import EnvSpec
 # is a select), and AutoGraph's conversion of every called function was half of
 # the trace: the 4 inlined steps of CartPole's default took 1.98 s of CPU to
 # trace with it and 0.94 s without, one step 1.08 s and 0.31 s (this machine).
-# The trace is on the path to the learner's first SGD step (issue 27).
+# The trace is on the path to the learner's first SGD step.
 _function = functools.partial(tf.function, autograph=False)
 
 
@@ -178,7 +178,7 @@ class SGDStep:
         # From a NumPy scalar, not a Python int: TF caches the tensor of every
         # Python number it converts, forever (its scalar cache), so a new step
         # count per call grew the learner's heap by ~450 B a call (~1.1 MB per
-        # 10k steps at k=4; issue 29's soak).
+        # 10k steps at k=4 in a soak).
         if k > 1:
             return self._k_fn(iterator, k, tf.constant(np.int64(steps)))
         if self._iterator is not iterator:
@@ -219,7 +219,7 @@ class SGDStep:
 
     def prepare(self, element_spec: Any, k: int) -> None:
         """Traces the k-step function (iterator as an argument) for iterators of
-        batches of `element_spec`, before any batch exists (start-up, issue 27)."""
+        batches of `element_spec`, before any batch exists (start-up)."""
         fn = self._one_fn if k == 1 else self._k_fn
         fn.get_concrete_function(tf.data.IteratorSpec(element_spec), k, tf.TensorSpec([], tf.int64))
 
@@ -235,7 +235,7 @@ class SGDStep:
 
         So the first SGD step waits only for the one-step trace, made while the
         actors fill the table, and the k-step trace (~3x its CPU) takes no CPU
-        from the path to the first step (start-up, issue 27).
+        from the path to the first step (start-up).
         """
         ready = threading.Event()
         one = threading.Event()

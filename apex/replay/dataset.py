@@ -50,7 +50,7 @@ def make_dataset(
         # Traced without AutoGraph, like the SGD step (apex.learner.sgd): the
         # transforms branch on Python values only (columns, shapes), and
         # AutoGraph's conversion was 0.70 s of the 0.83 s CPU of making the
-        # learner, on the path to its first SGD step (start-up, issue 27).
+        # learner, on the path to its first SGD step (start-up).
         ds = ds.map(tf.autograph.experimental.do_not_convert(_on_data(transform)))
     if prefetch:
         ds = ds.prefetch(prefetch)

@@ -1,4 +1,4 @@
-"""Frames compressed on the actor (issue 16): blocks of observations as bytes.
+"""Frames compressed on the actor: blocks of observations as bytes.
 
 Reverb 0.7 compresses every chunk with Snappy: on real Pong frames ~374 B per
 84x84 frame (a chunk of 16 consecutive frames of one env). zstd (level 1) on

@@ -1,4 +1,4 @@
-"""Frames stored once (issue 16): each env slot's observations as a stream of
+"""Frames stored once: each env slot's observations as a stream of
 the Reverb writer, and the items that reference windows of it.
 
 Column j (< E) of an actor's C++ TrajectoryWriter is slot j's stream; an item

@@ -38,7 +38,7 @@ TRANSITION_PROVENANCE = ("actor", "slot", "version", "insert_time")  # float64 c
 _FIELD_DTYPES = {"action": "int32", "actor": "int32", "slot": "int32", "version": "int64"}
 
 
-# Vector observations in one row (issue 28): Reverb's cost per sampled item
+# Vector observations in one row: Reverb's cost per sampled item
 # grows with its columns (a sampled item is one chunk slice and one tensor per
 # column), so an Ape-X transition on a small vector observation is one float64
 # column `row` = [obs, next_obs, TRANSITION_SCALARS, TRANSITION_PROVENANCE]:
@@ -98,7 +98,7 @@ def transition_signature(spec: EnvSpec) -> dict[str, tf.TensorSpec]:
     }
 
 
-# Frames stored once (issue 16): with stacked image observations (env.frame_stack
+# Frames stored once: with stacked image observations (env.frame_stack
 # = K > 1, the stack on axis 0), an actor writes each slot's frames into Reverb
 # once, as a stream of single frames, and a transition references 2K of them:
 # the K-frame window ending at obs's newest frame, and the one ending at
@@ -228,7 +228,7 @@ def sequence_signature(spec: EnvSpec, length: int, lstm_size: int) -> dict[str, 
     }
 
 
-# R2D2 on image observations (issue 16, part 2): consecutive sequences of a
+# R2D2 on image observations: consecutive sequences of a
 # slot overlap by L - P steps, and the packed layout stores every step's
 # observation in each sequence that covers it (twice with R2D2's 80/40). With
 # replay.frame_storage='auto' an actor writes each slot's observations into

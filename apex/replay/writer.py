@@ -166,7 +166,7 @@ class TransitionWriter:
         self.seconds_writing = 0.0
         self._frames: StackedFrames | SequenceFrames | None = None  # set by start_frames
 
-    # ------------------------------------------------ frames stored once (issue 16)
+    # ------------------------------------------------ frames stored once
     can_store_frames = True  # ItemWriter (apex.roles): start_frames is offered
 
     @property

@@ -274,8 +274,8 @@ class LearnerNode:
     def step(self) -> dict[str, float]:
         return self._learner.step()
 
-    def get_variables(self):
-        return self._learner.get_variables()
+    def get_variables(self, which: str = "online"):
+        return self._learner.get_variables(which)
 
     def get_steps(self) -> int:
         return self._learner.steps

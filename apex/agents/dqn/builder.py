@@ -29,9 +29,9 @@ class ApexDQNBuilder(AgentBuilder):
             transition_signature,
         )
 
-        if stores_frames(config, spec):  # each frame stored once (issue 16)
+        if stores_frames(config, spec):  # each frame stored once
             return frame_transition_signature(spec, config.replay.frame_compression)
-        if stores_rows(config, spec):  # one column per item (issue 28)
+        if stores_rows(config, spec):  # one column per item
             return row_signature(spec)
         return transition_signature(spec)
 

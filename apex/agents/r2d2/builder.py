@@ -53,7 +53,7 @@ class R2D2Builder(AgentBuilder):
         )
 
         q = config.r2d2
-        if sequence_stores_frames(config, spec):  # each observation stored once (issue 16)
+        if sequence_stores_frames(config, spec):  # each observation stored once
             return frame_sequence_signature(
                 spec,
                 q.sequence_length,
