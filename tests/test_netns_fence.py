@@ -240,7 +240,12 @@ def test_a_shard_cut_off_past_its_lease_starts_again_elsewhere_and_its_clients_f
         survivor = hosts.ips[hosts.ips.index(nodes["actor_0"]["ip"])]
         wait_until(lambda: batches_of_shard_1() > 0, STARTUP_TIMEOUT, "batches from replay_1")
         old = netns.node_beat(run_dir, "replay_1")
-        old_actor = netns.node_beat(run_dir, "actor_1")
+
+        def counting() -> dict:  # a beat after its first counted insert (an earlier one has none)
+            b = netns.node_beat(run_dir, "actor_1")
+            return b if b.get("counters", {}).get("items_inserted") else {}
+
+        old_actor = wait_until(counting, STARTUP_TIMEOUT, "actor_1 counting its inserts")
         assert old.get("pid") and old_actor.get("pid"), (old, old_actor)
         hosts.cut(victim)
         cut_at = time.time()
