@@ -310,15 +310,12 @@ def export(source: str, out: str, which: str = "best", overwrite: bool = False) 
                 "for its online weights"
             )
         version = int(learner.get("steps", ckpt.step))
-        prefix = "average/" if which == "average" else "online/"
-        parameters = f"at the checkpoint: {'average' if which == 'average' else 'online'}"
-        if which == "average":
-            parameters += f" of the online weights (decay {evaluated.average_decay:g})"
-        else:
-            parameters += " weights (the learner's latest)"
+        kind = "average" if which == "average" else "online"
+        prefix = f"{kind}/"
+        taken = dataclasses.replace(evaluated, weights=kind)
+        parameters = f"at the checkpoint: {taken.describe_weights()}"
         # The run's evaluations are of this kind of weights only when it evaluated them.
-        same = evaluated.weights == ("average" if which == "average" else "online")
-        evaluation = _evaluation(rows, config, version) if same else None
+        evaluation = _evaluation(rows, config, version) if evaluated.weights == kind else None
         eval_return = None if evaluation is None else evaluation["return_mean"]
     count = sum(1 for k in learner if k.startswith(prefix))
     weights = [learner[f"{prefix}{i}"] for i in range(count)]
